@@ -1,0 +1,166 @@
+//! Command-line interface (the CLI contract of DESIGN.md).
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context as _, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::cache::Cache;
+use crate::error::{NotImplemented, exit, exit_code};
+use crate::fetch::FetchOptions;
+use crate::pipeline::{self, PipelineReport, Stage};
+use crate::recipe::Recipe;
+use crate::ui::Ui;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "imgbuild",
+    version,
+    about = "Build an immutable Linux OS with a mainline PREEMPT_RT kernel"
+)]
+pub struct Cli {
+    /// Print one JSON document on stdout; progress stays on stderr.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Accel {
+    Tcg,
+    Kvm,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the pipeline of a recipe.
+    Recipe {
+        /// The recipe file (YAML).
+        file: PathBuf,
+        /// Stop after this stage.
+        #[arg(long, value_enum, default_value = "tag")]
+        until: Stage,
+        /// Work directory for stage outputs.
+        #[arg(long, default_value = "build")]
+        work_dir: PathBuf,
+        /// Cache directory [default: $IMGBUILD_CACHE, else ~/.cache/imgbuild].
+        #[arg(long)]
+        cache_dir: Option<PathBuf>,
+    },
+    /// Check a kernel image (bzImage) for PREEMPT_RT and print the evidence.
+    VerifyKernel {
+        image: PathBuf,
+        /// The .config the image was built from.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// A modules directory (lib/modules/<release>) whose vermagic to check.
+        #[arg(long)]
+        modules: Option<PathBuf>,
+    },
+    /// Boot an ISO in QEMU and check the running kernel over the serial console.
+    Boot {
+        iso: PathBuf,
+        #[arg(long, value_enum, default_value = "tcg")]
+        accel: Accel,
+        /// Seconds to wait for the guest.
+        #[arg(long, default_value_t = 300)]
+        timeout: u64,
+        /// Run jitter for this many seconds and print its report.
+        #[arg(long)]
+        jitter: Option<u64>,
+        /// Boot through UEFI firmware (OVMF) instead of BIOS.
+        #[arg(long)]
+        uefi: bool,
+    },
+    /// Publish tagged commits to an ostree remote.
+    Publish {
+        #[arg(long)]
+        repo: PathBuf,
+        /// A directory or file:// URL (the remote's web root).
+        #[arg(long)]
+        to: String,
+        #[arg(long = "ref")]
+        refs: Vec<String>,
+    },
+    /// Show a commit's metadata, including the RT evidence.
+    Inspect {
+        #[arg(long)]
+        repo: PathBuf,
+        #[arg(value_name = "REF")]
+        ref_name: String,
+    },
+}
+
+/// Parses the command line, runs it and maps the result to the exit code.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { exit::USAGE } else { exit::OK });
+        }
+    };
+    match run(cli) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(exit_code(&e))
+        }
+    }
+}
+
+fn print_json(value: &serde_json::Value) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer_pretty(&mut out, value)?;
+    writeln!(out)?;
+    Ok(())
+}
+
+/// Runs a parsed command; returns the exit code for non-error outcomes.
+pub fn run(cli: Cli) -> Result<u8> {
+    let ui = Ui::new(cli.json);
+    match cli.command {
+        Command::Recipe {
+            file,
+            until,
+            work_dir,
+            cache_dir,
+        } => {
+            let recipe = Recipe::load(&file)?;
+            let cache_root = cache_dir.unwrap_or_else(Cache::default_root);
+            let cache = Cache::open(&cache_root)?;
+            std::fs::create_dir_all(&work_dir)
+                .with_context(|| format!("creating work dir {}", work_dir.display()))?;
+            let work_dir = work_dir.canonicalize()?;
+            let ctx = pipeline::Context {
+                recipe,
+                work_dir,
+                cache,
+                ui,
+                fetch_options: FetchOptions::default(),
+            };
+            let mut report = PipelineReport::default();
+            let result = pipeline::run(&ctx, until, &mut report);
+            if cli.json {
+                let mut doc = serde_json::to_value(&report)?;
+                doc["ok"] = serde_json::Value::Bool(result.is_ok());
+                if let Err(e) = &result {
+                    doc["error"] = serde_json::Value::String(format!("{e:#}"));
+                    doc["exit-code"] = exit_code(e).into();
+                }
+                print_json(&doc)?;
+            }
+            result?;
+            ctx.ui
+                .step("done", format!("pipeline finished after stage `{until}`"));
+            Ok(exit::OK)
+        }
+        Command::VerifyKernel { .. } => Err(NotImplemented("verify-kernel".into()).into()),
+        Command::Boot { .. } => Err(NotImplemented("boot".into()).into()),
+        Command::Publish { .. } => Err(NotImplemented("publish".into()).into()),
+        Command::Inspect { .. } => Err(NotImplemented("inspect".into()).into()),
+    }
+}

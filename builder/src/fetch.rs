@@ -1,0 +1,389 @@
+//! The `fetch` stage: a url pinned by sha256, a local tarball, or a Debian
+//! `linux-source-*` package, each landing in the content-addressed cache.
+//!
+//! Bytes are hashed while they stream to a temp file in the cache; the file is
+//! renamed to its content address only when the hash is the expected one.
+
+use std::fs::File;
+use std::io::{self, BufWriter};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+
+use crate::cache::{Cache, FileStamp};
+use crate::hashing::{HashingWriter, sha256_reader};
+use crate::recipe::Source;
+use crate::tool;
+use crate::ui::Ui;
+
+/// A source file in the cache.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fetched {
+    pub sha256: String,
+    /// Its content address in the cache.
+    pub path: PathBuf,
+    /// Where it came from, for messages and metadata.
+    pub origin: String,
+    pub size: u64,
+    /// True when no download or copy was needed.
+    pub cached: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("sha256 mismatch for {origin}: expected {expected}, got {actual}; nothing was cached")]
+pub struct ChecksumMismatch {
+    pub origin: String,
+    pub expected: String,
+    pub actual: String,
+}
+
+/// Download behaviour; the defaults suit real networks, tests shorten them.
+#[derive(Clone, Debug)]
+pub struct FetchOptions {
+    /// Attempts per download, counting the first.
+    pub attempts: u32,
+    /// Wait before the second attempt; doubled each time.
+    pub backoff: Duration,
+    pub connect_timeout: Duration,
+    /// Longest silence from the server before the attempt counts as failed.
+    pub read_timeout: Duration,
+}
+
+impl Default for FetchOptions {
+    fn default() -> Self {
+        FetchOptions {
+            attempts: 4,
+            backoff: Duration::from_secs(2),
+            connect_timeout: Duration::from_secs(30),
+            read_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Brings `source` into the cache.
+pub fn fetch(source: &Source, cache: &Cache, options: &FetchOptions, ui: &Ui) -> Result<Fetched> {
+    match source {
+        Source::Url { url, sha256 } => fetch_url(url, sha256, cache, options, ui),
+        Source::Path { path, sha256 } => import_file(path, sha256.as_deref(), cache, ui),
+        Source::Debian { package } => fetch_debian(package, cache, ui),
+    }
+}
+
+fn fetch_url(url: &str, sha256: &str, cache: &Cache, options: &FetchOptions, ui: &Ui) -> Result<Fetched> {
+    if let Some(path) = cache.lookup_blob(sha256) {
+        let size = path.metadata()?.len();
+        ui.note(format!("cached: {url} (sha256 {sha256})"));
+        return Ok(Fetched {
+            sha256: sha256.to_string(),
+            path,
+            origin: url.to_string(),
+            size,
+            cached: true,
+        });
+    }
+    let client = reqwest::blocking::Client::builder()
+        .connect_timeout(options.connect_timeout)
+        // In the blocking client this bounds each read, not the whole download.
+        .timeout(options.read_timeout)
+        .user_agent(concat!("imgbuild/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .context("creating the HTTP client")?;
+    let mut wait = options.backoff;
+    for attempt in 1..=options.attempts.max(1) {
+        match download_once(&client, url, cache, ui) {
+            Ok((temp, actual, size)) => {
+                if actual != sha256 {
+                    // `temp` is dropped here, which deletes the partial file.
+                    return Err(ChecksumMismatch {
+                        origin: url.to_string(),
+                        expected: sha256.to_string(),
+                        actual,
+                    }
+                    .into());
+                }
+                let path = cache.store_blob(temp, sha256)?;
+                ui.note(format!("downloaded {url} ({size} bytes, sha256 verified)"));
+                return Ok(Fetched {
+                    sha256: sha256.to_string(),
+                    path,
+                    origin: url.to_string(),
+                    size,
+                    cached: false,
+                });
+            }
+            Err(Attempt::Permanent(e)) => return Err(e.context(format!("downloading {url}"))),
+            Err(Attempt::Transient(e)) if attempt < options.attempts => {
+                ui.warn(format!(
+                    "download of {url} failed (attempt {attempt} of {}): {e:#}; retrying in {:.1}s",
+                    options.attempts,
+                    wait.as_secs_f64()
+                ));
+                std::thread::sleep(wait);
+                wait *= 2;
+            }
+            Err(Attempt::Transient(e)) => {
+                return Err(e.context(format!("downloading {url}: gave up after {attempt} attempts")));
+            }
+        }
+    }
+    unreachable!("the loop returns on the last attempt")
+}
+
+enum Attempt {
+    /// Worth retrying: connection trouble, a timeout, a 5xx, a truncated body.
+    Transient(anyhow::Error),
+    /// Retrying will not help: 404, 403, a local I/O error.
+    Permanent(anyhow::Error),
+}
+
+fn download_once(
+    client: &reqwest::blocking::Client,
+    url: &str,
+    cache: &Cache,
+    ui: &Ui,
+) -> Result<(tempfile::NamedTempFile, String, u64), Attempt> {
+    let response = client
+        .get(url)
+        .send()
+        .map_err(|e| Attempt::Transient(anyhow::Error::new(e).context("sending the request")))?;
+    let status = response.status();
+    if !status.is_success() {
+        let error = anyhow::anyhow!("server answered {status}");
+        let transient = status.is_server_error() || status.as_u16() == 408 || status.as_u16() == 429;
+        return Err(if transient {
+            Attempt::Transient(error)
+        } else {
+            Attempt::Permanent(error)
+        });
+    }
+    let expected_len = response.content_length();
+    let temp = cache.temp_file().map_err(Attempt::Permanent)?;
+    let file = temp
+        .reopen()
+        .context("opening the temp file")
+        .map_err(Attempt::Permanent)?;
+    let bar = ui.bytes(expected_len, format!("downloading {}", short_name(url)));
+    let mut writer = HashingWriter::new(BufWriter::with_capacity(1 << 20, file));
+    let copied = io::copy(&mut bar.wrap_read(response), &mut writer);
+    bar.finish_and_clear();
+    copied.map_err(|e| Attempt::Transient(anyhow::Error::new(e).context("reading the response body")))?;
+    let received = writer.written();
+    let (actual, buffered) = writer.finish();
+    buffered
+        .into_inner()
+        .map_err(|e| Attempt::Permanent(anyhow::anyhow!("writing the temp file: {}", e.error())))?;
+    if let Some(len) = expected_len
+        && received != len
+    {
+        return Err(Attempt::Transient(anyhow::anyhow!(
+            "connection closed after {received} of {len} bytes"
+        )));
+    }
+    Ok((temp, actual, received))
+}
+
+fn short_name(url: &str) -> &str {
+    url.rsplit('/').find(|s| !s.is_empty()).unwrap_or(url)
+}
+
+/// Memo of a local file's hash, valid while size, mtime and inode match.
+#[derive(Serialize, Deserialize)]
+struct HashMemo {
+    stamp: FileStamp,
+    sha256: String,
+}
+
+/// Hashes a local file (using the memo when the file is unchanged) and copies
+/// it into the cache unless its content is already there.
+pub fn import_file(path: &Path, expected: Option<&str>, cache: &Cache, ui: &Ui) -> Result<Fetched> {
+    let origin = path.display().to_string();
+    let path = path
+        .canonicalize()
+        .with_context(|| format!("source file {origin} not found"))?;
+    let memo_key = path.to_string_lossy().into_owned();
+    let stamp = FileStamp::of(&path)?;
+    let memo = cache
+        .read_index::<HashMemo>("file-hash", &memo_key)
+        .filter(|m| m.stamp == stamp);
+    let sha256 = match memo {
+        Some(memo) => memo.sha256,
+        None => {
+            let bar = ui.bytes(Some(stamp.size), format!("hashing {}", short_name(&origin)));
+            let file = File::open(&path).with_context(|| format!("opening {origin}"))?;
+            let (digest, _) = sha256_reader(file, Some(&bar)).with_context(|| format!("reading {origin}"))?;
+            bar.finish_and_clear();
+            cache.write_index(
+                "file-hash",
+                &memo_key,
+                &HashMemo {
+                    stamp: stamp.clone(),
+                    sha256: digest.clone(),
+                },
+            )?;
+            digest
+        }
+    };
+    if let Some(expected) = expected
+        && expected != sha256
+    {
+        return Err(ChecksumMismatch {
+            origin,
+            expected: expected.to_string(),
+            actual: sha256,
+        }
+        .into());
+    }
+    if let Some(blob) = cache.lookup_blob(&sha256) {
+        ui.note(format!("cached: {origin} (sha256 {sha256})"));
+        return Ok(Fetched {
+            sha256,
+            path: blob,
+            origin,
+            size: stamp.size,
+            cached: true,
+        });
+    }
+    let temp = cache.temp_file()?;
+    let mut writer = HashingWriter::new(BufWriter::with_capacity(1 << 20, temp.reopen()?));
+    let bar = ui.bytes(Some(stamp.size), format!("importing {}", short_name(&origin)));
+    io::copy(&mut bar.wrap_read(File::open(&path)?), &mut writer)
+        .with_context(|| format!("copying {origin}"))?;
+    bar.finish_and_clear();
+    let (copied_sha, buffered) = writer.finish();
+    buffered
+        .into_inner()
+        .map_err(|e| anyhow::anyhow!("writing the cache copy: {}", e.error()))?;
+    if copied_sha != sha256 {
+        bail!(
+            "{origin} changed while it was being copied (sha256 {sha256} before, {copied_sha} after); run again"
+        );
+    }
+    let blob = cache.store_blob(temp, &sha256)?;
+    ui.note(format!("imported {origin} (sha256 {sha256})"));
+    Ok(Fetched {
+        sha256,
+        path: blob,
+        origin,
+        size: stamp.size,
+        cached: false,
+    })
+}
+
+/// Remembers which tarball a Debian package provided, so a rerun without the
+/// package installed needs no network.
+#[derive(Serialize, Deserialize)]
+struct DebianMemo {
+    sha256: String,
+    version: String,
+}
+
+/// `/usr/src/<package>.tar.xz` when installed, else `apt-get download` +
+/// `dpkg-deb -x` of the package into a temp dir in the cache.
+pub fn fetch_debian(package: &str, cache: &Cache, ui: &Ui) -> Result<Fetched> {
+    fetch_debian_from(package, Path::new("/usr/src"), cache, ui)
+}
+
+fn fetch_debian_from(package: &str, usr_src: &Path, cache: &Cache, ui: &Ui) -> Result<Fetched> {
+    let installed = usr_src.join(format!("{package}.tar.xz"));
+    if installed.is_file() {
+        let mut fetched = import_file(&installed, None, cache, ui)?;
+        fetched.origin = format!("{package} ({})", installed.display());
+        return Ok(fetched);
+    }
+    if let Some(memo) = cache.read_index::<DebianMemo>("debian", package)
+        && let Some(path) = cache.lookup_blob(&memo.sha256)
+    {
+        ui.note(format!(
+            "cached: Debian {package} {} (sha256 {})",
+            memo.version, memo.sha256
+        ));
+        return Ok(Fetched {
+            size: path.metadata()?.len(),
+            sha256: memo.sha256,
+            path,
+            origin: format!("Debian {package} {}", memo.version),
+            cached: true,
+        });
+    }
+    tool::require_all(&["apt-get", "dpkg-deb"])?;
+    let work = cache.temp_dir("debian-")?;
+    ui.note(format!("apt-get download {package}"));
+    let mut download = tool::command("apt-get")?;
+    download.arg("download").arg(package).current_dir(work.path());
+    tool::run(&mut download).with_context(|| {
+        format!(
+            "downloading the Debian package {package} (is the archive reachable and `apt-get update` done?)"
+        )
+    })?;
+    let deb = std::fs::read_dir(work.path())?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|x| x == "deb"))
+        .with_context(|| format!("apt-get download {package} produced no .deb"))?;
+    let version = deb
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.split('_').nth(1))
+        .unwrap_or("unknown")
+        .replace("%3a", ":");
+    let unpacked = work.path().join("root");
+    let mut extract = tool::command("dpkg-deb")?;
+    extract.arg("-x").arg(&deb).arg(&unpacked);
+    tool::run(&mut extract).with_context(|| format!("unpacking {}", deb.display()))?;
+    let tarball = unpacked.join("usr/src").join(format!("{package}.tar.xz"));
+    if !tarball.is_file() {
+        bail!("the Debian package {package} has no usr/src/{package}.tar.xz");
+    }
+    let mut fetched = import_file(&tarball, None, cache, ui)?;
+    cache.write_index(
+        "debian",
+        package,
+        &DebianMemo {
+            sha256: fetched.sha256.clone(),
+            version: version.clone(),
+        },
+    )?;
+    fetched.origin = format!("Debian {package} {version}");
+    Ok(fetched)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_import_uses_memo_and_checks_pins() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(&dir.path().join("cache")).unwrap();
+        let file = dir.path().join("src.tar");
+        std::fs::write(&file, b"tarball bytes").unwrap();
+        let ui = Ui::plain();
+        let first = import_file(&file, None, &cache, &ui).unwrap();
+        assert!(!first.cached);
+        assert_eq!(std::fs::read(&first.path).unwrap(), b"tarball bytes");
+        let second = import_file(&file, Some(&first.sha256), &cache, &ui).unwrap();
+        assert!(second.cached);
+        let wrong = "0".repeat(64);
+        let err = import_file(&file, Some(&wrong), &cache, &ui).unwrap_err();
+        let mismatch = err.downcast_ref::<ChecksumMismatch>().unwrap();
+        assert_eq!(mismatch.actual, first.sha256);
+        // A changed file is rehashed, not served from the memo.
+        std::fs::write(&file, b"other bytes!!").unwrap();
+        let third = import_file(&file, None, &cache, &ui).unwrap();
+        assert_ne!(third.sha256, first.sha256);
+        assert!(!third.cached);
+    }
+
+    #[test]
+    fn debian_prefers_the_installed_tarball() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(&dir.path().join("cache")).unwrap();
+        let usr_src = dir.path().join("usr-src");
+        std::fs::create_dir(&usr_src).unwrap();
+        std::fs::write(usr_src.join("linux-source-9.9.tar.xz"), b"xz").unwrap();
+        let fetched = fetch_debian_from("linux-source-9.9", &usr_src, &cache, &Ui::plain()).unwrap();
+        assert!(fetched.origin.contains("linux-source-9.9.tar.xz"));
+        assert_eq!(std::fs::read(fetched.path).unwrap(), b"xz");
+    }
+}

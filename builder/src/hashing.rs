@@ -1,0 +1,114 @@
+//! Streaming sha256: files are hashed in fixed-size chunks, never held whole.
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use indicatif::ProgressBar;
+use sha2::{Digest, Sha256};
+
+const CHUNK: usize = 1 << 20;
+
+pub fn sha256_hex(data: impl AsRef<[u8]>) -> String {
+    hex::encode(Sha256::digest(data.as_ref()))
+}
+
+/// Hashes everything `reader` yields, reporting bytes to `progress`.
+pub fn sha256_reader(mut reader: impl Read, progress: Option<&ProgressBar>) -> io::Result<(String, u64)> {
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; CHUNK];
+    let mut total = 0u64;
+    loop {
+        let n = match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        hasher.update(&buf[..n]);
+        total += n as u64;
+        if let Some(bar) = progress {
+            bar.inc(n as u64);
+        }
+    }
+    Ok((hex::encode(hasher.finalize()), total))
+}
+
+pub fn sha256_file(path: &Path, progress: Option<&ProgressBar>) -> Result<String> {
+    let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let (digest, _) = sha256_reader(file, progress).with_context(|| format!("reading {}", path.display()))?;
+    Ok(digest)
+}
+
+/// A writer that hashes what passes through it.
+pub struct HashingWriter<W> {
+    inner: W,
+    hasher: Sha256,
+    written: u64,
+}
+
+impl<W: Write> HashingWriter<W> {
+    pub fn new(inner: W) -> Self {
+        HashingWriter {
+            inner,
+            hasher: Sha256::new(),
+            written: 0,
+        }
+    }
+
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// The hex digest and the inner writer.
+    pub fn finish(self) -> (String, W) {
+        (hex::encode(self.hasher.finalize()), self.inner)
+    }
+}
+
+impl<W: Write> Write for HashingWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.written += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// True for a 64-digit hex sha256.
+pub fn is_sha256_hex(text: &str) -> bool {
+    text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_digest() {
+        assert_eq!(
+            sha256_hex("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        let (d, n) = sha256_reader(&b"abc"[..], None).unwrap();
+        assert_eq!(d, sha256_hex("abc"));
+        assert_eq!(n, 3);
+        let mut w = HashingWriter::new(Vec::new());
+        w.write_all(b"ab").unwrap();
+        w.write_all(b"c").unwrap();
+        assert_eq!(w.written(), 3);
+        assert_eq!(w.finish().0, sha256_hex("abc"));
+    }
+
+    #[test]
+    fn hex_check() {
+        assert!(is_sha256_hex(&sha256_hex("x")));
+        assert!(!is_sha256_hex("abc"));
+        assert!(!is_sha256_hex(&"g".repeat(64)));
+    }
+}

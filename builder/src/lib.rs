@@ -1,0 +1,15 @@
+//! imgbuild: builds an immutable Linux OS whose RT flavor runs a mainline
+//! PREEMPT_RT kernel, and refuses to tag anything it cannot prove is RT.
+//!
+//! Each pipeline stage is a module; `pipeline` chains them with cache keys.
+
+pub mod cache;
+pub mod cli;
+pub mod error;
+pub mod extract;
+pub mod fetch;
+pub mod hashing;
+pub mod pipeline;
+pub mod recipe;
+pub mod tool;
+pub mod ui;

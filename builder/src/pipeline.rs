@@ -1,0 +1,330 @@
+//! Chains the stages. Each stage has a cache key (the sha256 of every input
+//! that can change its output) and a stamp in `<work>/<stage>/stamp.json`. A
+//! stage whose key is unchanged is skipped and says so; one whose key changed
+//! names the inputs that changed.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context as _, Result};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::cache::{Cache, write_file_atomic};
+use crate::error::NotImplemented;
+use crate::fetch::{self, FetchOptions, Fetched};
+use crate::hashing::sha256_hex;
+use crate::recipe::Recipe;
+use crate::ui::Ui;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Stage {
+    Fetch,
+    Kconfig,
+    Kernel,
+    Verify,
+    Rootfs,
+    Commit,
+    Iso,
+    Boot,
+    Tag,
+}
+
+impl Stage {
+    pub const ALL: [Stage; 9] = [
+        Stage::Fetch,
+        Stage::Kconfig,
+        Stage::Kernel,
+        Stage::Verify,
+        Stage::Rootfs,
+        Stage::Commit,
+        Stage::Iso,
+        Stage::Boot,
+        Stage::Tag,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Fetch => "fetch",
+            Stage::Kconfig => "kconfig",
+            Stage::Kernel => "kernel",
+            Stage::Verify => "verify",
+            Stage::Rootfs => "rootfs",
+            Stage::Commit => "commit",
+            Stage::Iso => "iso",
+            Stage::Boot => "boot",
+            Stage::Tag => "tag",
+        }
+    }
+}
+
+impl fmt::Display for Stage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The named inputs of a stage; its digest is the cache key.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Key {
+    pub inputs: BTreeMap<String, String>,
+}
+
+impl Key {
+    pub fn new() -> Self {
+        Key::default()
+    }
+
+    /// Adds an input; long values are recorded by their hash.
+    pub fn with(mut self, name: &str, value: impl AsRef<str>) -> Self {
+        let value = value.as_ref();
+        let recorded = if value.len() > 200 {
+            format!("sha256:{}", sha256_hex(value))
+        } else {
+            value.to_string()
+        };
+        self.inputs.insert(name.to_string(), recorded);
+        self
+    }
+
+    pub fn digest(&self) -> String {
+        let mut text = String::new();
+        for (name, value) in &self.inputs {
+            text.push_str(name);
+            text.push('=');
+            text.push_str(value);
+            text.push('\n');
+        }
+        sha256_hex(text)
+    }
+
+    /// Names of the inputs that differ from `old` (added, removed or changed).
+    pub fn changed_since(&self, old: &Key) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .inputs
+            .iter()
+            .filter(|(k, v)| old.inputs.get(*k) != Some(v))
+            .map(|(k, _)| k.clone())
+            .collect();
+        names.extend(
+            old.inputs
+                .keys()
+                .filter(|k| !self.inputs.contains_key(*k))
+                .cloned(),
+        );
+        names
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+pub struct Stamp<T> {
+    pub digest: String,
+    pub key: Key,
+    pub output: T,
+}
+
+pub enum Freshness<T> {
+    /// The stamp matches the key: reuse its output.
+    UpToDate(T),
+    /// A previous run used other inputs; these changed.
+    Changed(Vec<String>),
+    /// No previous run (or an unreadable stamp).
+    Missing,
+}
+
+fn stamp_path(stage_dir: &Path) -> PathBuf {
+    stage_dir.join("stamp.json")
+}
+
+pub fn check_stamp<T: DeserializeOwned>(stage_dir: &Path, key: &Key) -> Freshness<T> {
+    let Ok(text) = std::fs::read_to_string(stamp_path(stage_dir)) else {
+        return Freshness::Missing;
+    };
+    match serde_json::from_str::<Stamp<T>>(&text) {
+        Ok(stamp) if stamp.digest == key.digest() => Freshness::UpToDate(stamp.output),
+        Ok(stamp) => Freshness::Changed(key.changed_since(&stamp.key)),
+        Err(_) => Freshness::Missing,
+    }
+}
+
+/// Writes the stamp last, after the stage's outputs are complete.
+pub fn write_stamp<T: Serialize>(stage_dir: &Path, key: &Key, output: &T) -> Result<()> {
+    let stamp = Stamp {
+        digest: key.digest(),
+        key: key.clone(),
+        output,
+    };
+    write_file_atomic(
+        &stamp_path(stage_dir),
+        serde_json::to_string_pretty(&stamp)?.as_bytes(),
+    )
+}
+
+/// Removes a stage's stamp so a failed rerun never leaves the old one looking current.
+pub fn invalidate(stage_dir: &Path) -> Result<()> {
+    match std::fs::remove_file(stamp_path(stage_dir)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(e).with_context(|| format!("removing {}", stamp_path(stage_dir).display()))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Everything a stage may use.
+pub struct Context {
+    pub recipe: Recipe,
+    pub work_dir: PathBuf,
+    pub cache: Cache,
+    pub ui: Ui,
+    pub fetch_options: FetchOptions,
+}
+
+impl Context {
+    pub fn stage_dir(&self, stage: Stage) -> Result<PathBuf> {
+        let dir = self.work_dir.join(stage.name());
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        Ok(dir)
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Outcome {
+    Ran,
+    Cached,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct StageReport {
+    pub stage: Stage,
+    pub outcome: Outcome,
+    pub key: String,
+    pub seconds: f64,
+    pub output: serde_json::Value,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct PipelineReport {
+    pub recipe: String,
+    pub name: String,
+    pub version: String,
+    pub flavor: String,
+    pub work_dir: PathBuf,
+    pub stages: Vec<StageReport>,
+}
+
+/// Runs a stage body unless its stamp is current; records the report.
+fn run_stage<T: Serialize + DeserializeOwned>(
+    ctx: &Context,
+    report: &mut PipelineReport,
+    stage: Stage,
+    key: &Key,
+    body: impl FnOnce(&Path) -> Result<T>,
+) -> Result<T> {
+    let dir = ctx.stage_dir(stage)?;
+    let started = Instant::now();
+    let (output, outcome) = match check_stamp::<T>(&dir, key) {
+        Freshness::UpToDate(output) => {
+            ctx.ui
+                .step(stage.name(), "up to date (cache key unchanged), skipped");
+            (output, Outcome::Cached)
+        }
+        freshness => {
+            match freshness {
+                Freshness::Changed(names) => ctx
+                    .ui
+                    .step(stage.name(), format!("inputs changed: {}", names.join(", "))),
+                _ => ctx.ui.step(stage.name(), "no previous result, running"),
+            }
+            invalidate(&dir)?;
+            let output = body(&dir).with_context(|| format!("stage `{stage}` failed"))?;
+            write_stamp(&dir, key, &output)?;
+            (output, Outcome::Ran)
+        }
+    };
+    report.stages.push(StageReport {
+        stage,
+        outcome,
+        key: key.digest(),
+        seconds: started.elapsed().as_secs_f64(),
+        output: serde_json::to_value(&output)?,
+    });
+    Ok(output)
+}
+
+/// Runs the pipeline up to and including `until`.
+pub fn run(ctx: &Context, until: Stage, report: &mut PipelineReport) -> Result<()> {
+    report.recipe = ctx.recipe.file.display().to_string();
+    report.name = ctx.recipe.name.clone();
+    report.version = ctx.recipe.version.clone();
+    report.flavor = ctx.recipe.flavor.to_string();
+    report.work_dir = ctx.work_dir.clone();
+
+    // The content-addressed cache is the fetch stage's cache: a stamp could
+    // outlive a cleared cache, so fetch always asks the cache itself.
+    let started = Instant::now();
+    ctx.ui
+        .step("fetch", format!("kernel source: {}", ctx.recipe.kernel.source));
+    let fetched: Fetched = fetch::fetch(&ctx.recipe.kernel.source, &ctx.cache, &ctx.fetch_options, &ctx.ui)
+        .context("stage `fetch` failed")?;
+    report.stages.push(StageReport {
+        stage: Stage::Fetch,
+        outcome: if fetched.cached {
+            Outcome::Cached
+        } else {
+            Outcome::Ran
+        },
+        key: fetched.sha256.clone(),
+        seconds: started.elapsed().as_secs_f64(),
+        output: serde_json::to_value(&fetched)?,
+    });
+    if until == Stage::Fetch {
+        return Ok(());
+    }
+    Err(NotImplemented(format!("the `{}` stage", Stage::Kconfig)).into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_digest_and_changes() {
+        let a = Key::new().with("source", "x").with("config", "y");
+        let b = Key::new()
+            .with("source", "x")
+            .with("config", "z")
+            .with("gcc", "12");
+        assert_ne!(a.digest(), b.digest());
+        assert_eq!(
+            a.digest(),
+            Key::new().with("config", "y").with("source", "x").digest()
+        );
+        assert_eq!(b.changed_since(&a), vec!["config".to_string(), "gcc".to_string()]);
+        let long = Key::new().with("config", "c".repeat(300));
+        assert!(long.inputs["config"].starts_with("sha256:"));
+    }
+
+    #[test]
+    fn stamps() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = Key::new().with("a", "1");
+        assert!(matches!(check_stamp::<u32>(dir.path(), &key), Freshness::Missing));
+        write_stamp(dir.path(), &key, &7u32).unwrap();
+        assert!(matches!(
+            check_stamp::<u32>(dir.path(), &key),
+            Freshness::UpToDate(7)
+        ));
+        let changed = Key::new().with("a", "2");
+        match check_stamp::<u32>(dir.path(), &changed) {
+            Freshness::Changed(names) => assert_eq!(names, vec!["a".to_string()]),
+            _ => panic!("expected a change"),
+        }
+        invalidate(dir.path()).unwrap();
+        assert!(matches!(check_stamp::<u32>(dir.path(), &key), Freshness::Missing));
+    }
+}

@@ -1,0 +1,107 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// How the test server answers the N-th request (0-based).
+#[derive(Clone, Debug)]
+pub enum Reply {
+    /// 200 with the whole body.
+    Full,
+    /// Announces the full length, sends this many bytes, then drops the connection.
+    DieAfter(usize),
+    /// An empty response with this status.
+    Status(u16),
+}
+
+/// A real HTTP/1.1 server on 127.0.0.1 serving one body.
+pub struct HttpServer {
+    pub url: String,
+    requests: Arc<AtomicUsize>,
+}
+
+impl HttpServer {
+    /// Serves `body` at `/<name>`; request N gets `plan[N]`, later ones `Reply::Full`.
+    pub fn start(name: &str, body: Vec<u8>, plan: Vec<Reply>) -> HttpServer {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/{name}", listener.local_addr().unwrap());
+        let requests = Arc::new(AtomicUsize::new(0));
+        let counter = requests.clone();
+        let plan = Arc::new(Mutex::new(plan));
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let n = counter.fetch_add(1, Ordering::SeqCst);
+                let reply = plan.lock().unwrap().get(n).cloned().unwrap_or(Reply::Full);
+                serve(stream, &body, reply);
+            }
+        });
+        HttpServer { url, requests }
+    }
+
+    pub fn requests(&self) -> usize {
+        self.requests.load(Ordering::SeqCst)
+    }
+}
+
+fn serve(mut stream: TcpStream, body: &[u8], reply: Reply) {
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut line = String::new();
+    // Read the request head up to the blank line.
+    loop {
+        line.clear();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+            break;
+        }
+    }
+    let _ = match reply {
+        Reply::Full => {
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            stream.write_all(body)
+        }
+        Reply::DieAfter(n) => {
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = stream.write_all(&body[..n.min(body.len())]);
+            let _ = stream.flush();
+            stream.shutdown(std::net::Shutdown::Both)
+        }
+        Reply::Status(code) => write!(
+            stream,
+            "HTTP/1.1 {code} Test\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        ),
+    };
+}
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// Files (not directories) under `dir`, recursively.
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    walkdir::WalkDir::new(dir)
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|e| !e.file_type().is_dir())
+        .map(|e| e.path().to_path_buf())
+        .collect()
+}
+
+pub fn sha256_hex(data: &[u8]) -> String {
+    imgbuild::hashing::sha256_hex(data)
+}

@@ -1,0 +1,177 @@
+//! Extraction refuses hostile archives and never leaves a partial tree.
+
+mod common;
+
+use std::io::Write;
+use std::path::Path;
+
+use common::files_under;
+use imgbuild::extract::{ExtractOptions, UnsafeEntry, extract_reader, extract_tarball};
+use imgbuild::ui::Ui;
+
+/// Appends an entry with a raw name, bypassing the tar crate's own path checks.
+fn raw_entry(
+    builder: &mut tar::Builder<Vec<u8>>,
+    name: &str,
+    kind: tar::EntryType,
+    link: Option<&str>,
+    data: &[u8],
+) {
+    let mut header = tar::Header::new_old();
+    header.as_old_mut().name[..name.len()].copy_from_slice(name.as_bytes());
+    if let Some(link) = link {
+        header.as_old_mut().linkname[..link.len()].copy_from_slice(link.as_bytes());
+    }
+    header.set_entry_type(kind);
+    header.set_mode(if kind == tar::EntryType::Directory {
+        0o755
+    } else {
+        0o644
+    });
+    header.set_uid(0);
+    header.set_gid(0);
+    header.set_mtime(0);
+    header.set_size(data.len() as u64);
+    header.set_cksum();
+    builder.append(&header, data).unwrap();
+}
+
+fn archive(entries: &[(&str, tar::EntryType, Option<&str>, &[u8])]) -> Vec<u8> {
+    let mut builder = tar::Builder::new(Vec::new());
+    for (name, kind, link, data) in entries {
+        raw_entry(&mut builder, name, *kind, *link, data);
+    }
+    builder.into_inner().unwrap()
+}
+
+fn refuse(tar: Vec<u8>) -> (UnsafeEntry, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("tree");
+    let err = extract_reader(&tar[..], &dest, ExtractOptions::default()).unwrap_err();
+    let unsafe_entry = err
+        .downcast_ref::<UnsafeEntry>()
+        .cloned()
+        .unwrap_or_else(|| panic!("{err:#}"));
+    // Nothing at the destination, and nothing left beside it.
+    assert!(!dest.exists());
+    assert!(
+        files_under(dir.path()).is_empty(),
+        "{:?}",
+        files_under(dir.path())
+    );
+    (unsafe_entry, dir)
+}
+
+use tar::EntryType::{Directory, Regular, Symlink};
+
+#[test]
+fn refuses_parent_dir_entries() {
+    let (e, _) = refuse(archive(&[
+        ("ok/a", Regular, None, b"a"),
+        ("../x", Regular, None, b"evil"),
+    ]));
+    assert_eq!(e, UnsafeEntry::ParentDir { entry: "../x".into() });
+    let (e, _) = refuse(archive(&[("a/../../x", Regular, None, b"evil")]));
+    assert!(e.to_string().contains("a/../../x"));
+}
+
+#[test]
+fn refuses_absolute_entries() {
+    let target = format!("/tmp/imgbuild-evil-{}", std::process::id());
+    let (e, _) = refuse(archive(&[(&target, Regular, None, b"evil")]));
+    assert_eq!(
+        e,
+        UnsafeEntry::Absolute {
+            entry: target.clone()
+        }
+    );
+    assert!(!Path::new(&target).exists());
+}
+
+#[test]
+fn refuses_writing_through_a_symlink_to_root() {
+    let outside = format!("tmp/imgbuild-evil-through-{}", std::process::id());
+    let (e, _) = refuse(archive(&[
+        ("root", Symlink, Some("/"), b""),
+        (&format!("root/{outside}"), Regular, None, b"evil"),
+    ]));
+    // The absolute link is already refused before anything goes through it.
+    assert!(
+        matches!(e, UnsafeEntry::LinkEscapes { ref entry, .. } if entry == "root"),
+        "{e}"
+    );
+    assert!(!Path::new("/").join(&outside).exists());
+
+    // A link that stays inside is fine on its own, but nothing may be written through it.
+    let (e, _) = refuse(archive(&[
+        ("dir", Directory, None, b""),
+        ("inside", Symlink, Some("dir"), b""),
+        ("inside/file", Regular, None, b"x"),
+    ]));
+    assert_eq!(
+        e,
+        UnsafeEntry::ThroughSymlink {
+            entry: "inside/file".into(),
+            link: "inside".into()
+        }
+    );
+}
+
+#[test]
+fn refuses_relative_links_that_escape() {
+    let (e, _) = refuse(archive(&[("a/link", Symlink, Some("../../etc/passwd"), b"")]));
+    assert!(matches!(e, UnsafeEntry::LinkEscapes { .. }), "{e}");
+    let (e, _) = refuse(archive(&[(
+        "hard",
+        tar::EntryType::Link,
+        Some("../outside"),
+        b"",
+    )]));
+    assert!(matches!(e, UnsafeEntry::LinkEscapes { .. }), "{e}");
+}
+
+#[test]
+fn refuses_device_nodes_unless_allowed() {
+    let (e, _) = refuse(archive(&[("dev/sda", tar::EntryType::Block, None, b"")]));
+    assert!(matches!(e, UnsafeEntry::UnsupportedType { .. }), "{e}");
+}
+
+#[test]
+fn extracts_a_good_archive_atomically() {
+    let tar = archive(&[
+        ("linux/", Directory, None, b""),
+        ("linux/Makefile", Regular, None, b"VERSION = 6\n"),
+        ("linux/scripts/link", Symlink, Some("../Makefile"), b""),
+        ("linux/hard", tar::EntryType::Link, Some("linux/Makefile"), b""),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let xz_path = dir.path().join("src.tar.xz");
+    let mut enc = liblzma::write::XzEncoder::new(std::fs::File::create(&xz_path).unwrap(), 1);
+    enc.write_all(&tar).unwrap();
+    enc.finish().unwrap();
+    let dest = dir.path().join("tree");
+    let stats = extract_tarball(&xz_path, &dest, ExtractOptions::default(), &Ui::plain()).unwrap();
+    assert_eq!(stats.entries, 4);
+    assert_eq!(
+        std::fs::read_to_string(dest.join("linux/scripts/link")).unwrap(),
+        "VERSION = 6\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dest.join("linux/hard")).unwrap(),
+        "VERSION = 6\n"
+    );
+    // An existing destination is never overwritten.
+    assert!(extract_tarball(&xz_path, &dest, ExtractOptions::default(), &Ui::plain()).is_err());
+}
+
+#[test]
+fn truncated_archive_leaves_nothing() {
+    let big = vec![7u8; 100_000];
+    let tar = archive(&[("a", Regular, None, b"a"), ("big", Regular, None, &big)]);
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("tree");
+    let cut = &tar[..tar.len() / 2];
+    assert!(extract_reader(cut, &dest, ExtractOptions::default()).is_err());
+    assert!(!dest.exists());
+    assert!(files_under(dir.path()).is_empty());
+}

@@ -1,0 +1,394 @@
+//! The PREEMPT_RT checks, each able to fail, and the evidence they produce.
+//! The builder's gate and the on-target `jitter` tool both decide through here.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::kconfig::Config;
+use crate::uts::{PreemptModel, parse_uts_version};
+use crate::vermagic::Vermagic;
+
+/// Stable identifiers of the checks; they name the `imgbuild.rt.*` commit metadata keys.
+pub mod id {
+    pub const CONFIG: &str = "config";
+    pub const HEADER: &str = "artifact.header";
+    pub const UTS_VERSION: &str = "artifact.uts-version";
+    pub const IKCONFIG: &str = "artifact.ikconfig";
+    pub const BUILD_CONFIG: &str = "artifact.build-config";
+    pub const MODULES: &str = "artifact.modules";
+    pub const BOOT_UNAME: &str = "boot.uname";
+    pub const BOOT_CONFIG: &str = "boot.config";
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Status {
+    Pass,
+    Fail,
+    /// Not applicable to this kernel (e.g. no IKCONFIG, no modules).
+    Skip,
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Status::Pass => "pass",
+            Status::Fail => "FAIL",
+            Status::Skip => "skip",
+        })
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Check {
+    pub id: String,
+    pub status: Status,
+    pub detail: String,
+}
+
+impl Check {
+    pub fn pass(id: &str, detail: impl Into<String>) -> Self {
+        Self::new(id, Status::Pass, detail)
+    }
+    pub fn fail(id: &str, detail: impl Into<String>) -> Self {
+        Self::new(id, Status::Fail, detail)
+    }
+    pub fn skip(id: &str, detail: impl Into<String>) -> Self {
+        Self::new(id, Status::Skip, detail)
+    }
+    fn new(id: &str, status: Status, detail: impl Into<String>) -> Self {
+        Check {
+            id: id.to_string(),
+            status,
+            detail: detail.into(),
+        }
+    }
+}
+
+impl fmt::Display for Check {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "[{:>4}] {}: {}", self.status, self.id, self.detail)
+    }
+}
+
+/// Everything known about whether a kernel is PREEMPT_RT.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Evidence {
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub release: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub uts_version: Option<String>,
+    pub checks: Vec<Check>,
+}
+
+impl Evidence {
+    pub fn failures(&self) -> impl Iterator<Item = &Check> {
+        self.checks.iter().filter(|c| c.status == Status::Fail)
+    }
+
+    pub fn get(&self, id: &str) -> Option<&Check> {
+        self.checks.iter().find(|c| c.id == id)
+    }
+
+    /// True when nothing failed and every check in `required` passed.
+    pub fn all_passed(&self, required: &[&str]) -> bool {
+        self.failures().next().is_none()
+            && required
+                .iter()
+                .all(|id| self.get(id).is_some_and(|c| c.status == Status::Pass))
+    }
+
+    /// Adds or replaces checks by id, keeping the order of first appearance.
+    pub fn record(&mut self, check: Check) {
+        match self.checks.iter_mut().find(|c| c.id == check.id) {
+            Some(existing) => *existing = check,
+            None => self.checks.push(check),
+        }
+    }
+
+    pub fn extend(&mut self, other: Evidence) {
+        self.release = self.release.take().or(other.release);
+        self.uts_version = self.uts_version.take().or(other.uts_version);
+        for check in other.checks {
+            self.record(check);
+        }
+    }
+}
+
+/// The preemption model a UTS_VERSION declares, as a check with `id`.
+pub fn uts_version_check(id: &str, uts_version: &str) -> Check {
+    match parse_uts_version(uts_version) {
+        Ok(v) if v.is_preempt_rt() => Check::pass(id, format!("PREEMPT_RT after SMP in {uts_version:?}")),
+        Ok(v) => {
+            let model = v
+                .preempt
+                .map_or("no preemption flag".to_string(), |m: PreemptModel| m.to_string());
+            Check::fail(id, format!("not PREEMPT_RT ({model}) in {uts_version:?}"))
+        }
+        Err(e) => Check::fail(id, e.to_string()),
+    }
+}
+
+/// `CONFIG_PREEMPT_RT=y` in a config text, as a check with `id`.
+pub fn config_text_check(id: &str, what: &str, text: &str) -> Check {
+    match Config::parse(text) {
+        Ok(config) if config.is_preempt_rt() => Check::pass(id, format!("{what} has CONFIG_PREEMPT_RT=y")),
+        Ok(config) => Check::fail(
+            id,
+            format!(
+                "{what} has {}",
+                config
+                    .get("CONFIG_PREEMPT_RT")
+                    .map_or("no CONFIG_PREEMPT_RT".to_string(), |v| v
+                        .config_line("CONFIG_PREEMPT_RT"))
+            ),
+        ),
+        Err(e) => Check::fail(id, format!("{what} does not parse: {e}")),
+    }
+}
+
+/// Checks a kernel image (bzImage bytes) and, optionally, the `.config` it was
+/// built from.
+#[cfg(feature = "image")]
+pub fn check_image(image: &[u8], build_config: Option<&str>) -> Evidence {
+    use crate::bzimage::read_setup_header;
+    use crate::ikconfig::{decompress_payload, extract_from_vmlinux};
+
+    let mut evidence = Evidence::default();
+    let header = match read_setup_header(image) {
+        Ok(h) => h,
+        Err(e) => {
+            evidence.record(Check::fail(id::HEADER, e.to_string()));
+            if let Some(text) = build_config {
+                evidence.record(config_text_check(id::BUILD_CONFIG, "build .config", text));
+            }
+            return evidence;
+        }
+    };
+    evidence.release = Some(header.version.release.clone());
+    evidence.uts_version = Some(header.version.uts_version.clone());
+    evidence.record(Check::pass(
+        id::HEADER,
+        format!(
+            "HdrS, boot protocol {}.{:02}, version string {:?}",
+            header.protocol.0, header.protocol.1, header.version.raw
+        ),
+    ));
+    evidence.record(uts_version_check(id::UTS_VERSION, &header.version.uts_version));
+
+    let embedded = match header.payload {
+        None => Err(
+            "no compressed payload in the image (payload_offset/length unset or out of bounds)".to_string(),
+        ),
+        Some((start, len)) => decompress_payload(&image[start..start + len])
+            .map_err(|e| e.to_string())
+            .and_then(|vmlinux| extract_from_vmlinux(&vmlinux).map_err(|e| e.to_string())),
+    };
+    match &embedded {
+        Ok(Some(text)) => evidence.record(config_text_check(id::IKCONFIG, "embedded IKCONFIG", text)),
+        Ok(None) => evidence.record(Check::skip(id::IKCONFIG, "kernel built without CONFIG_IKCONFIG")),
+        Err(e) => evidence.record(Check::fail(id::IKCONFIG, e.clone())),
+    }
+    if let Some(text) = build_config {
+        let mut check = config_text_check(id::BUILD_CONFIG, "build .config", text);
+        if check.status == Status::Pass
+            && let Ok(Some(embedded)) = &embedded
+            && Config::parse(embedded).ok() != Config::parse(text).ok()
+        {
+            check = Check::fail(
+                id::BUILD_CONFIG,
+                "build .config differs from the config embedded in the image (wrong pairing?)",
+            );
+        }
+        evidence.record(check);
+    }
+    evidence
+}
+
+/// Checks the vermagic of every module against the image's release.
+pub fn modules_check(release: Option<&str>, modules: &[(String, Result<Vermagic, String>)]) -> Check {
+    if modules.is_empty() {
+        return Check::skip(id::MODULES, "no modules built");
+    }
+    let mut problems = Vec::new();
+    for (name, vermagic) in modules {
+        match vermagic {
+            Err(e) => problems.push(format!("{name}: {e}")),
+            Ok(v) if !v.is_preempt_rt() => {
+                problems.push(format!("{name}: vermagic {:?} lacks preempt_rt", v.raw))
+            }
+            Ok(v) if release.is_some_and(|r| r != v.release) => problems.push(format!(
+                "{name}: built for {} but the image is {}",
+                v.release,
+                release.unwrap_or_default()
+            )),
+            Ok(_) => {}
+        }
+    }
+    if problems.is_empty() {
+        Check::pass(
+            id::MODULES,
+            format!("{} modules with preempt_rt vermagic", modules.len()),
+        )
+    } else {
+        let shown: Vec<_> = problems.iter().take(5).cloned().collect();
+        Check::fail(
+            id::MODULES,
+            format!(
+                "{} of {} modules: {}",
+                problems.len(),
+                modules.len(),
+                shown.join("; ")
+            ),
+        )
+    }
+}
+
+/// Checks a running (or booted) kernel from `uname -v` and the text of
+/// `/proc/config.gz`, when the kernel exposes it.
+pub fn check_running_kernel(uname_v: &str, proc_config: Option<&str>) -> Evidence {
+    let mut evidence = Evidence {
+        uts_version: Some(uname_v.trim().to_string()),
+        ..Evidence::default()
+    };
+    evidence.record(uts_version_check(id::BOOT_UNAME, uname_v));
+    evidence.record(match proc_config {
+        Some(text) => config_text_check(id::BOOT_CONFIG, "/proc/config.gz", text),
+        None => Check::skip(
+            id::BOOT_CONFIG,
+            "/proc/config.gz not available (CONFIG_IKCONFIG_PROC off)",
+        ),
+    });
+    evidence
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn running_kernel_rt_and_generic() {
+        let rt = check_running_kernel("#1 SMP PREEMPT_RT Mon", Some("CONFIG_PREEMPT_RT=y\n"));
+        assert!(rt.all_passed(&[id::BOOT_UNAME, id::BOOT_CONFIG]));
+        let generic = check_running_kernel(
+            "#1 SMP PREEMPT_DYNAMIC Mon",
+            Some("# CONFIG_PREEMPT_RT is not set\n"),
+        );
+        assert_eq!(generic.failures().count(), 2);
+        let spoofed = check_running_kernel("#1 SMP PREEMPT_DYNAMIC PREEMPT_RT", None);
+        assert_eq!(spoofed.get(id::BOOT_UNAME).unwrap().status, Status::Fail);
+        assert_eq!(spoofed.get(id::BOOT_CONFIG).unwrap().status, Status::Skip);
+        assert!(!spoofed.all_passed(&[id::BOOT_UNAME]));
+    }
+
+    #[test]
+    fn all_passed_needs_required_checks_present() {
+        let mut e = Evidence::default();
+        e.record(Check::pass(id::CONFIG, "ok"));
+        assert!(e.all_passed(&[id::CONFIG]));
+        assert!(!e.all_passed(&[id::CONFIG, id::BOOT_UNAME]));
+        e.record(Check::skip(id::BOOT_UNAME, "n/a"));
+        assert!(!e.all_passed(&[id::BOOT_UNAME]));
+        e.record(Check::fail(id::CONFIG, "dropped"));
+        assert_eq!(e.checks.len(), 2);
+        assert!(!e.all_passed(&[]));
+    }
+
+    #[test]
+    fn modules_check_reports_each_problem() {
+        let rt = |r: &str| {
+            Ok(Vermagic {
+                raw: format!("{r} SMP preempt_rt mod_unload"),
+                release: r.into(),
+            })
+        };
+        let generic = Ok(Vermagic {
+            raw: "6.12 SMP mod_unload".into(),
+            release: "6.12".into(),
+        });
+        let ok = modules_check(Some("6.12"), &[("a.ko".into(), rt("6.12"))]);
+        assert_eq!(ok.status, Status::Pass);
+        let bad = modules_check(
+            Some("6.12"),
+            &[
+                ("a.ko".into(), rt("6.11")),
+                ("b.ko".into(), generic),
+                ("c.ko".into(), Err("not ELF".into())),
+            ],
+        );
+        assert_eq!(bad.status, Status::Fail);
+        assert!(bad.detail.starts_with("3 of 3"), "{}", bad.detail);
+        assert_eq!(modules_check(None, &[]).status, Status::Skip);
+    }
+
+    #[cfg(feature = "image")]
+    fn gzip(data: &[u8]) -> Vec<u8> {
+        use std::io::Write;
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        enc.write_all(data).unwrap();
+        enc.finish().unwrap()
+    }
+
+    #[cfg(feature = "image")]
+    fn image_with_ikconfig(version: &str, config: &str) -> Vec<u8> {
+        let mut vmlinux = b"\x7fELF...".to_vec();
+        vmlinux.extend_from_slice(b"IKCFG_ST");
+        vmlinux.extend(gzip(config.as_bytes()));
+        vmlinux.extend_from_slice(b"IKCFG_ED");
+        crate::bzimage::tests::synthetic_image_with_payload(version, &gzip(&vmlinux))
+    }
+
+    #[cfg(feature = "image")]
+    #[test]
+    fn image_checks_on_synthetic_images() {
+        use crate::bzimage::tests::{synthetic_image, synthetic_image_with_payload};
+        let rt_config = "CONFIG_PREEMPT_RT=y\nCONFIG_IKCONFIG=y\n";
+        let rt = check_image(
+            &image_with_ikconfig("6.12 (a@b) #1 SMP PREEMPT_RT x", rt_config),
+            Some(rt_config),
+        );
+        assert!(
+            rt.all_passed(&[id::HEADER, id::UTS_VERSION, id::IKCONFIG, id::BUILD_CONFIG]),
+            "{rt:#?}"
+        );
+        assert_eq!(rt.release.as_deref(), Some("6.12"));
+
+        // The embedded config is the truth: a different .config is a mix-up.
+        let mismatch = check_image(
+            &image_with_ikconfig("6.12 (a@b) #1 SMP PREEMPT_RT x", rt_config),
+            Some("CONFIG_PREEMPT_RT=y\n"),
+        );
+        assert_eq!(mismatch.get(id::BUILD_CONFIG).unwrap().status, Status::Fail);
+
+        // An RT-looking version string whose embedded config is not RT.
+        let lying = check_image(
+            &image_with_ikconfig(
+                "6.12 (a@b) #1 SMP PREEMPT_RT x",
+                "# CONFIG_PREEMPT_RT is not set\n",
+            ),
+            None,
+        );
+        assert_eq!(lying.get(id::IKCONFIG).unwrap().status, Status::Fail);
+
+        let no_ikconfig = check_image(
+            &synthetic_image_with_payload("6.12 (a@b) #1 SMP PREEMPT_RT x", &gzip(b"vmlinux")),
+            None,
+        );
+        assert_eq!(no_ikconfig.get(id::IKCONFIG).unwrap().status, Status::Skip);
+        assert!(no_ikconfig.all_passed(&[id::HEADER, id::UTS_VERSION]));
+
+        let no_payload = check_image(&synthetic_image("6.12 (a@b) #1 SMP PREEMPT_RT x", 30), None);
+        assert_eq!(no_payload.get(id::IKCONFIG).unwrap().status, Status::Fail);
+
+        let spoof = check_image(
+            &synthetic_image("6.12 (a@b) #1 SMP Mon PREEMPT_RT 2026", 30),
+            None,
+        );
+        assert_eq!(spoof.get(id::UTS_VERSION).unwrap().status, Status::Fail);
+
+        let garbage = check_image(b"garbage", Some("# CONFIG_PREEMPT_RT is not set\n"));
+        assert_eq!(garbage.get(id::HEADER).unwrap().status, Status::Fail);
+        assert_eq!(garbage.get(id::BUILD_CONFIG).unwrap().status, Status::Fail);
+    }
+}

@@ -1,0 +1,14 @@
+//! PREEMPT_RT evidence shared by the imgbuild gate and the on-target `jitter`
+//! tool: one implementation of "is this kernel PREEMPT_RT".
+//!
+//! Everything here is a pure function over bytes or text; callers do the I/O.
+
+#[cfg(feature = "image")]
+pub mod bzimage;
+pub mod evidence;
+pub mod ikconfig;
+pub mod kconfig;
+pub mod uts;
+pub mod vermagic;
+
+pub use evidence::{Check, Evidence, Status};
