@@ -13,6 +13,8 @@ use crate::fetch::FetchOptions;
 use crate::pipeline::{self, PipelineReport, Stage};
 use crate::recipe::Recipe;
 use crate::ui::Ui;
+use crate::verify;
+use rtcheck::evidence::id;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -158,7 +160,28 @@ pub fn run(cli: Cli) -> Result<u8> {
                 .step("done", format!("pipeline finished after stage `{until}`"));
             Ok(exit::OK)
         }
-        Command::VerifyKernel { .. } => Err(NotImplemented("verify-kernel".into()).into()),
+        Command::VerifyKernel {
+            image,
+            config,
+            modules,
+        } => {
+            let evidence = verify::check_artifacts(&image, config.as_deref(), modules.as_deref())?;
+            let mut required = vec![id::HEADER, id::UTS_VERSION];
+            if config.is_some() {
+                required.push(id::BUILD_CONFIG);
+            }
+            let verdict = verify::gate("verify-kernel", &evidence, &required);
+            if cli.json {
+                let mut doc = serde_json::to_value(&evidence)?;
+                doc["preempt-rt"] = verdict.is_ok().into();
+                doc["image"] = image.display().to_string().into();
+                print_json(&doc)?;
+            } else {
+                print!("{}", verify::render(&evidence));
+            }
+            verdict?;
+            Ok(exit::OK)
+        }
         Command::Boot { .. } => Err(NotImplemented("boot".into()).into()),
         Command::Publish { .. } => Err(NotImplemented("publish".into()).into()),
         Command::Inspect { .. } => Err(NotImplemented("inspect".into()).into()),

@@ -98,10 +98,13 @@ pub fn extract_reader(reader: impl Read, dest: &Path, options: ExtractOptions) -
         .with_context(|| format!("creating a staging dir in {}", parent.display()))?;
     let stats = unpack_checked(reader, staging.path(), options)?;
     let staged = staging.keep();
-    std::fs::rename(&staged, dest).with_context(|| {
+    if let Err(e) = std::fs::rename(&staged, dest) {
         let _ = std::fs::remove_dir_all(&staged);
-        format!("moving the extracted tree to {}", dest.display())
-    })?;
+        // A concurrent extraction of the same archive finished first.
+        if !dest.is_dir() {
+            return Err(e).with_context(|| format!("moving the extracted tree to {}", dest.display()));
+        }
+    }
     Ok(stats)
 }
 

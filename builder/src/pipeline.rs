@@ -15,9 +15,14 @@ use serde::{Deserialize, Serialize};
 use crate::cache::{Cache, write_file_atomic};
 use crate::error::NotImplemented;
 use crate::fetch::{self, FetchOptions, Fetched};
-use crate::hashing::sha256_hex;
-use crate::recipe::Recipe;
+use crate::hashing::{sha256_file, sha256_hex};
+use crate::kernel::build::{KernelOutput, build, kernel_key};
+use crate::kernel::config::{KconfigOutput, configure, read_fragments};
+use crate::kernel::{self, MakeEnv, SourceTree};
+use crate::recipe::{ConfigBase, Flavor, Recipe};
 use crate::ui::Ui;
+use crate::verify;
+use rtcheck::Evidence;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
@@ -217,17 +222,25 @@ pub struct PipelineReport {
     pub stages: Vec<StageReport>,
 }
 
-/// Runs a stage body unless its stamp is current; records the report.
+/// Runs a stage body unless its stamp is current and `present` confirms its
+/// outputs still exist; records the report.
 fn run_stage<T: Serialize + DeserializeOwned>(
     ctx: &Context,
     report: &mut PipelineReport,
     stage: Stage,
     key: &Key,
+    present: impl Fn(&T) -> bool,
     body: impl FnOnce(&Path) -> Result<T>,
 ) -> Result<T> {
     let dir = ctx.stage_dir(stage)?;
     let started = Instant::now();
-    let (output, outcome) = match check_stamp::<T>(&dir, key) {
+    let freshness = match check_stamp::<T>(&dir, key) {
+        Freshness::UpToDate(output) if !present(&output) => {
+            Freshness::Changed(vec!["outputs missing".into()])
+        }
+        other => other,
+    };
+    let (output, outcome) = match freshness {
         Freshness::UpToDate(output) => {
             ctx.ui
                 .step(stage.name(), "up to date (cache key unchanged), skipped");
@@ -254,6 +267,33 @@ fn run_stage<T: Serialize + DeserializeOwned>(
         output: serde_json::to_value(&output)?,
     });
     Ok(output)
+}
+
+/// The kconfig stage's cache key: everything that can change the final `.config`.
+fn kconfig_key(ctx: &Context, source: &SourceTree, toolchain: &str, make_env: &MakeEnv) -> Result<Key> {
+    let recipe = &ctx.recipe;
+    let base = match &recipe.kernel.base {
+        ConfigBase::Target(target) => format!("make {target}"),
+        ConfigBase::File(path) => format!("file sha256:{}", sha256_file(path, None)?),
+    };
+    let mut key = Key::new()
+        .with("source", &source.sha256)
+        .with("base", base)
+        .with("flavor", recipe.flavor.to_string())
+        .with("allow-dropped", recipe.kernel.allow_dropped.join(","))
+        .with("toolchain", toolchain)
+        .with("make", make_env.key_text());
+    for (name, text) in read_fragments(recipe)? {
+        key = key.with(&format!("fragment {name}"), sha256_hex(&text));
+    }
+    Ok(key)
+}
+
+/// The verify stage's result: the evidence, kept for the commit metadata.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct VerifyOutput {
+    pub evidence: Evidence,
+    pub passed: bool,
 }
 
 /// Runs the pipeline up to and including `until`.
@@ -285,7 +325,84 @@ pub fn run(ctx: &Context, until: Stage, report: &mut PipelineReport) -> Result<(
     if until == Stage::Fetch {
         return Ok(());
     }
-    Err(NotImplemented(format!("the `{}` stage", Stage::Kconfig)).into())
+
+    let recipe = &ctx.recipe;
+    let source = kernel::prepare_source(&fetched, &ctx.cache, &ctx.ui)?;
+    let make_env = MakeEnv::new(recipe.source_date_epoch());
+    let toolchain = kernel::toolchain_id()?;
+    let build_dir = kernel::build_dir(&ctx.work_dir, &source, &recipe.kernel.base);
+    let key = kconfig_key(ctx, &source, &toolchain, &make_env)?;
+    let kconfig: KconfigOutput = run_stage(
+        ctx,
+        report,
+        Stage::Kconfig,
+        &key,
+        |out: &KconfigOutput| out.config.is_file() && out.build_dir.join(".config").is_file(),
+        |dir| configure(recipe, &source, &build_dir, &make_env, dir, &ctx.ui),
+    )?;
+    if until == Stage::Kconfig {
+        return Ok(());
+    }
+
+    let key = kernel_key(&source, &kconfig, &toolchain, &make_env);
+    let kernel: KernelOutput = run_stage(
+        ctx,
+        report,
+        Stage::Kernel,
+        &key,
+        |out: &KernelOutput| out.bzimage.is_file(),
+        |dir| build(&source, &kconfig, &key, &make_env, &ctx.cache, dir, &ctx.ui),
+    )?;
+    if until == Stage::Kernel {
+        return Ok(());
+    }
+
+    let key = Key::new()
+        .with("bzimage", &kernel.bzimage_sha256)
+        .with("config", &kernel.config_sha256)
+        .with("modules", kernel.key.as_str())
+        .with(
+            "kconfig",
+            format!(
+                "{} requested, preempt_rt={}",
+                kconfig.requested, kconfig.preempt_rt
+            ),
+        )
+        .with("flavor", recipe.flavor.to_string());
+    let _verified: VerifyOutput = run_stage(
+        ctx,
+        report,
+        Stage::Verify,
+        &key,
+        |_| true,
+        |dir| {
+            let mut evidence =
+                verify::check_artifacts(&kernel.bzimage, Some(&kernel.config), kernel.modules.as_deref())?;
+            evidence
+                .checks
+                .insert(0, verify::config_check(kconfig.requested, kconfig.preempt_rt));
+            write_file_atomic(
+                &dir.join("evidence.json"),
+                serde_json::to_string_pretty(&evidence)?.as_bytes(),
+            )?;
+            for line in verify::render(&evidence).lines() {
+                ctx.ui.note(line);
+            }
+            let mut required = verify::ARTIFACT_CHECKS.to_vec();
+            if kernel.modules.is_some() {
+                required.push(rtcheck::evidence::id::MODULES);
+            }
+            let passed = evidence.all_passed(&required);
+            if recipe.flavor == Flavor::Rt {
+                verify::gate("verify", &evidence, &required)?;
+            }
+            Ok(VerifyOutput { evidence, passed })
+        },
+    )?;
+    if until == Stage::Verify {
+        return Ok(());
+    }
+    Err(NotImplemented(format!("the `{}` stage", Stage::Rootfs)).into())
 }
 
 #[cfg(test)]

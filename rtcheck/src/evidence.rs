@@ -153,7 +153,6 @@ pub fn config_text_check(id: &str, what: &str, text: &str) -> Check {
 #[cfg(feature = "image")]
 pub fn check_image(image: &[u8], build_config: Option<&str>) -> Evidence {
     use crate::bzimage::read_setup_header;
-    use crate::ikconfig::{decompress_payload, extract_from_vmlinux};
 
     let mut evidence = Evidence::default();
     let header = match read_setup_header(image) {
@@ -177,23 +176,26 @@ pub fn check_image(image: &[u8], build_config: Option<&str>) -> Evidence {
     ));
     evidence.record(uts_version_check(id::UTS_VERSION, &header.version.uts_version));
 
-    let embedded = match header.payload {
-        None => Err(
-            "no compressed payload in the image (payload_offset/length unset or out of bounds)".to_string(),
+    let promised = build_config
+        .and_then(|text| Config::parse(text).ok())
+        .is_some_and(|c| c.is_enabled("CONFIG_IKCONFIG"));
+    let embedded = embedded_config(image, header.payload);
+    evidence.record(match &embedded {
+        Embedded::Found(text) => config_text_check(id::IKCONFIG, "embedded IKCONFIG", text),
+        Embedded::Absent if promised => Check::fail(
+            id::IKCONFIG,
+            "build .config sets CONFIG_IKCONFIG but the image embeds no config",
         ),
-        Some((start, len)) => decompress_payload(&image[start..start + len])
-            .map_err(|e| e.to_string())
-            .and_then(|vmlinux| extract_from_vmlinux(&vmlinux).map_err(|e| e.to_string())),
-    };
-    match &embedded {
-        Ok(Some(text)) => evidence.record(config_text_check(id::IKCONFIG, "embedded IKCONFIG", text)),
-        Ok(None) => evidence.record(Check::skip(id::IKCONFIG, "kernel built without CONFIG_IKCONFIG")),
-        Err(e) => evidence.record(Check::fail(id::IKCONFIG, e.clone())),
-    }
+        Embedded::Absent => Check::skip(id::IKCONFIG, "kernel built without CONFIG_IKCONFIG"),
+        Embedded::Unreadable(why) if promised => Check::fail(id::IKCONFIG, why.clone()),
+        // A codec we cannot read proves nothing either way.
+        Embedded::Unreadable(why) => Check::skip(id::IKCONFIG, format!("{why}; embedded config not checked")),
+        Embedded::Broken(why) => Check::fail(id::IKCONFIG, why.clone()),
+    });
     if let Some(text) = build_config {
         let mut check = config_text_check(id::BUILD_CONFIG, "build .config", text);
         if check.status == Status::Pass
-            && let Ok(Some(embedded)) = &embedded
+            && let Embedded::Found(embedded) = &embedded
             && Config::parse(embedded).ok() != Config::parse(text).ok()
         {
             check = Check::fail(
@@ -204,6 +206,34 @@ pub fn check_image(image: &[u8], build_config: Option<&str>) -> Evidence {
         evidence.record(check);
     }
     evidence
+}
+
+#[cfg(feature = "image")]
+enum Embedded {
+    Found(String),
+    Absent,
+    /// The payload uses a codec this crate does not decode.
+    Unreadable(String),
+    Broken(String),
+}
+
+#[cfg(feature = "image")]
+fn embedded_config(image: &[u8], payload: Option<(usize, usize)>) -> Embedded {
+    use crate::ikconfig::{IkconfigError, decompress_payload, extract_from_vmlinux};
+    let Some((start, len)) = payload else {
+        return Embedded::Broken(
+            "no compressed payload in the image (payload_offset/length unset or out of bounds)".into(),
+        );
+    };
+    match decompress_payload(&image[start..start + len]) {
+        Err(e @ IkconfigError::UnsupportedCodec(_)) => Embedded::Unreadable(e.to_string()),
+        Err(e) => Embedded::Broken(e.to_string()),
+        Ok(vmlinux) => match extract_from_vmlinux(&vmlinux) {
+            Ok(Some(text)) => Embedded::Found(text),
+            Ok(None) => Embedded::Absent,
+            Err(e) => Embedded::Broken(e.to_string()),
+        },
+    }
 }
 
 /// Checks the vermagic of every module against the image's release.
@@ -377,6 +407,12 @@ mod tests {
         );
         assert_eq!(no_ikconfig.get(id::IKCONFIG).unwrap().status, Status::Skip);
         assert!(no_ikconfig.all_passed(&[id::HEADER, id::UTS_VERSION]));
+        // ... unless the build config says it should be there.
+        let missing = check_image(
+            &synthetic_image_with_payload("6.12 (a@b) #1 SMP PREEMPT_RT x", &gzip(b"vmlinux")),
+            Some(rt_config),
+        );
+        assert_eq!(missing.get(id::IKCONFIG).unwrap().status, Status::Fail);
 
         let no_payload = check_image(&synthetic_image("6.12 (a@b) #1 SMP PREEMPT_RT x", 30), None);
         assert_eq!(no_payload.get(id::IKCONFIG).unwrap().status, Status::Fail);

@@ -105,3 +105,52 @@ pub fn files_under(dir: &Path) -> Vec<PathBuf> {
 pub fn sha256_hex(data: &[u8]) -> String {
     imgbuild::hashing::sha256_hex(data)
 }
+
+/// A cache shared by the tests of one checkout, so the kernel source is
+/// extracted once (`target/test-cache`).
+pub fn shared_cache() -> PathBuf {
+    let dir = repo_root().join("target/test-cache");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A real Debian kernel (`rt` or `cloud`): vmlinuz, config and dummy.ko,
+/// fetched by `ci/fetch-fixtures` into `target/fixtures` on first use.
+pub fn debian_kernel(flavor: &str) -> PathBuf {
+    let fixtures = repo_root().join("target/fixtures");
+    let dir = fixtures.join(format!("debian-{flavor}"));
+    if !dir.join("complete").exists() {
+        let status = std::process::Command::new(repo_root().join("ci/fetch-fixtures"))
+            .arg(&fixtures)
+            .status()
+            .expect("running ci/fetch-fixtures");
+        assert!(
+            status.success(),
+            "ci/fetch-fixtures failed (is the Debian archive reachable?)"
+        );
+    }
+    dir
+}
+
+/// Copies the repository's recipes, kernel configs and overlays into `dir`
+/// so a test can add or change files beside them.
+pub fn copy_project_inputs(dir: &Path) {
+    for sub in ["recipes", "kernel-configs", "overlays", "live-image"] {
+        let from = repo_root().join(sub);
+        if !from.exists() {
+            continue;
+        }
+        for entry in walkdir::WalkDir::new(&from) {
+            let entry = entry.unwrap();
+            let rel = entry.path().strip_prefix(repo_root()).unwrap();
+            let to = dir.join(rel);
+            if entry.file_type().is_dir() {
+                std::fs::create_dir_all(&to).unwrap();
+            } else if entry.file_type().is_symlink() {
+                std::os::unix::fs::symlink(std::fs::read_link(entry.path()).unwrap(), &to).unwrap();
+            } else {
+                std::fs::copy(entry.path(), &to).unwrap();
+            }
+        }
+    }
+}

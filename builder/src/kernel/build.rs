@@ -1,0 +1,206 @@
+//! The `kernel` stage: `make bzImage modules` out of tree, `modules_install`
+//! into a staging dir, and the artifact cache keyed by source hash + final
+//! `.config` + toolchain + make variables.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use rtcheck::kconfig::Config;
+use serde::{Deserialize, Serialize};
+
+use super::config::KconfigOutput;
+use super::{MakeEnv, SourceTree};
+use crate::cache::{Cache, write_file_atomic};
+use crate::hashing::{sha256_file, sha256_hex};
+use crate::pipeline::Key;
+use crate::tool;
+use crate::ui::Ui;
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct KernelOutput {
+    /// Digest of the cache key; names the artifact dir.
+    pub key: String,
+    pub artifact_dir: PathBuf,
+    pub bzimage: PathBuf,
+    pub bzimage_sha256: String,
+    pub config: PathBuf,
+    pub config_sha256: String,
+    /// `lib/modules/<release>` inside the artifact dir, when modules were built.
+    pub modules: Option<PathBuf>,
+    pub release: String,
+    /// True when the artifact came from the cache.
+    pub cached: bool,
+    /// Seconds the build took when it ran.
+    pub build_seconds: Option<f64>,
+}
+
+/// The cache key of a kernel build.
+pub fn kernel_key(source: &SourceTree, kconfig: &KconfigOutput, toolchain: &str, make_env: &MakeEnv) -> Key {
+    Key::new()
+        .with("source", &source.sha256)
+        .with("config", &kconfig.config_sha256)
+        .with("toolchain", toolchain)
+        .with(
+            "make",
+            format!(
+                "{} targets=bzImage,modules INSTALL_MOD_STRIP=1",
+                make_env.key_text()
+            ),
+        )
+}
+
+/// A short activity label from a Kbuild output line (`  CC      kernel/fork.o`).
+pub fn activity(line: &str) -> Option<String> {
+    let mut words = line.split_whitespace();
+    let verb = words.next()?;
+    let target = words.next()?;
+    let is_verb = verb.len() <= 10
+        && verb
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+    (is_verb && line.starts_with("  ")).then(|| format!("{verb} {target}"))
+}
+
+fn read_release(build_dir: &Path) -> Result<String> {
+    let path = build_dir.join("include/config/kernel.release");
+    Ok(std::fs::read_to_string(&path)
+        .with_context(|| format!("reading {}", path.display()))?
+        .trim()
+        .to_string())
+}
+
+/// Builds the kernel, or takes it from the artifact cache.
+pub fn build(
+    source: &SourceTree,
+    kconfig: &KconfigOutput,
+    key: &Key,
+    make_env: &MakeEnv,
+    cache: &Cache,
+    stage_dir: &Path,
+    ui: &Ui,
+) -> Result<KernelOutput> {
+    let digest = key.digest();
+    let artifact_dir = cache.area("kernels")?.join(&digest);
+    if artifact_dir.join("build.json").is_file() {
+        let mut output: KernelOutput =
+            serde_json::from_str(&std::fs::read_to_string(artifact_dir.join("build.json"))?)
+                .context("reading the cached kernel's build.json")?;
+        ui.note(format!(
+            "cache hit: kernel {} ({})",
+            output.release,
+            artifact_dir.display()
+        ));
+        output.cached = true;
+        return Ok(output);
+    }
+    ui.note(format!("cache miss: building kernel (key {})", &digest[..16]));
+
+    let build_dir = &kconfig.build_dir;
+    let config_text = std::fs::read_to_string(&kconfig.config)
+        .with_context(|| format!("reading {}", kconfig.config.display()))?;
+    // Another recipe may have reconfigured the shared build dir since the
+    // kconfig stage ran; Kbuild re-syncs from a newer .config on its own.
+    let dot_config = build_dir.join(".config");
+    if std::fs::read_to_string(&dot_config).ok().as_deref() != Some(config_text.as_str()) {
+        write_file_atomic(&dot_config, config_text.as_bytes())?;
+    }
+    let config = Config::parse(&config_text)?;
+    let with_modules = config.is_enabled("CONFIG_MODULES");
+    if with_modules {
+        tool::require("depmod")?;
+    }
+
+    let log = stage_dir.join("build.log");
+    let _ = std::fs::remove_file(&log);
+    let started = Instant::now();
+    let spinner = ui.spinner("make");
+    let mut lines = 0u64;
+    let mut make = make_env.make(source, build_dir)?;
+    make.arg(format!("-j{}", make_env.jobs)).arg("bzImage");
+    if with_modules {
+        make.arg("modules");
+    }
+    ui.note(format!("{} (log: {})", tool::describe(&make), log.display()));
+    let result = tool::run_logged(&mut make, &log, |line| {
+        lines += 1;
+        if let Some(what) = activity(line) {
+            spinner.set_message(format!("[{lines} lines] {what}"));
+        }
+    });
+    spinner.finish_and_clear();
+    result.context("building the kernel")?;
+    let build_seconds = started.elapsed().as_secs_f64();
+    ui.note(format!("built in {build_seconds:.0}s"));
+
+    let staging = cache.temp_dir("kernel-")?;
+    let stage = staging.path();
+    let bzimage_src = build_dir.join("arch/x86/boot/bzImage");
+    if !bzimage_src.is_file() {
+        bail!("make finished but {} does not exist", bzimage_src.display());
+    }
+    std::fs::copy(&bzimage_src, stage.join("bzImage"))?;
+    std::fs::write(stage.join("config"), &config_text)?;
+    std::fs::copy(build_dir.join("System.map"), stage.join("System.map")).context("copying System.map")?;
+    let release = read_release(build_dir)?;
+    let modules = if with_modules {
+        let mut install = make_env.make(source, build_dir)?;
+        install
+            .arg(format!("INSTALL_MOD_PATH={}", stage.join("modules").display()))
+            .arg("INSTALL_MOD_STRIP=1")
+            .arg("modules_install");
+        tool::run_logged(&mut install, &log, |_| {}).context("installing the modules")?;
+        let dir = stage.join("modules/lib/modules").join(&release);
+        // These point into the build dir, which is not part of the artifact.
+        for link in ["build", "source"] {
+            let _ = std::fs::remove_file(dir.join(link));
+        }
+        Some(PathBuf::from("modules/lib/modules").join(&release))
+    } else {
+        None
+    };
+    let final_dir = |p: &Path| artifact_dir.join(p);
+    let output = KernelOutput {
+        key: digest.clone(),
+        artifact_dir: artifact_dir.clone(),
+        bzimage: final_dir(Path::new("bzImage")),
+        bzimage_sha256: sha256_file(&stage.join("bzImage"), None)?,
+        config: final_dir(Path::new("config")),
+        config_sha256: sha256_hex(&config_text),
+        modules: modules.as_deref().map(final_dir),
+        release,
+        cached: false,
+        build_seconds: Some(build_seconds),
+    };
+    std::fs::write(stage.join("build.json"), serde_json::to_string_pretty(&output)?)?;
+    std::fs::write(stage.join("key.json"), serde_json::to_string_pretty(key)?)?;
+    let kept = staging.keep();
+    std::fs::rename(&kept, &artifact_dir)
+        .with_context(|| format!("moving the kernel artifacts to {}", artifact_dir.display()))?;
+    ui.note(format!(
+        "kernel {} cached at {}",
+        output.release,
+        artifact_dir.display()
+    ));
+    Ok(output)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn activity_labels() {
+        assert_eq!(
+            activity("  CC      kernel/fork.o").as_deref(),
+            Some("CC kernel/fork.o")
+        );
+        assert_eq!(
+            activity("  LD [M]  drivers/net/dummy.ko").as_deref(),
+            Some("LD [M]")
+        );
+        assert_eq!(activity("make[1]: Entering directory"), None);
+        assert_eq!(activity("Kernel: arch/x86/boot/bzImage is ready  (#1)"), None);
+    }
+}
