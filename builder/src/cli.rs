@@ -14,6 +14,7 @@ use crate::pipeline::{self, PipelineReport, Stage};
 use crate::recipe::Recipe;
 use crate::ui::Ui;
 use crate::verify;
+use crate::{commit, ostree};
 use rtcheck::evidence::id;
 
 #[derive(Parser, Debug)]
@@ -121,6 +122,56 @@ fn print_json(value: &serde_json::Value) -> Result<()> {
     Ok(())
 }
 
+/// The human form of `inspect`.
+fn render_commit(info: &ostree::CommitInfo, evidence: Option<&rtcheck::Evidence>) -> String {
+    use std::fmt::Write as _;
+    let text = |key: &str| {
+        info.metadata
+            .get(key)
+            .map(|v| v.as_str().map_or(v.to_string(), str::to_string))
+    };
+    let mut out = String::new();
+    let _ = writeln!(out, "commit   {}", info.checksum);
+    if let Some(parent) = &info.parent {
+        let _ = writeln!(out, "parent   {parent}");
+    }
+    let _ = writeln!(out, "subject  {}", info.subject);
+    let _ = writeln!(out, "date     {}", crate::kernel::format_utc(info.timestamp));
+    for (label, key) in [
+        ("version", commit::key::VERSION),
+        ("flavor", commit::key::FLAVOR),
+        ("kernel", commit::key::KERNEL_RELEASE),
+        ("config", commit::key::KERNEL_CONFIG_SHA256),
+        ("recipe", commit::key::RECIPE_SHA256),
+    ] {
+        if let Some(value) = text(key) {
+            let _ = writeln!(out, "{label:<8} {value}");
+        }
+    }
+    if let Some(kargs) = info.metadata.get(commit::key::KARGS).and_then(|v| v.as_array()) {
+        let words: Vec<&str> = kargs.iter().filter_map(|v| v.as_str()).collect();
+        let _ = writeln!(out, "kargs    {}", words.join(" "));
+    }
+    let signatures = info
+        .detached_metadata
+        .get("ostree.gpgsigs")
+        .and_then(|v| v.as_array())
+        .map_or(0, Vec::len);
+    let _ = writeln!(out, "gpg      {signatures} signature(s)");
+    match evidence {
+        Some(evidence) => {
+            let _ = writeln!(out, "PREEMPT_RT evidence:");
+            for check in &evidence.checks {
+                let _ = writeln!(out, "  {check}");
+            }
+        }
+        None => {
+            let _ = writeln!(out, "PREEMPT_RT evidence: none recorded");
+        }
+    }
+    out
+}
+
 /// Runs a parsed command; returns the exit code for non-error outcomes.
 pub fn run(cli: Cli) -> Result<u8> {
     let ui = Ui::new(cli.json);
@@ -184,6 +235,18 @@ pub fn run(cli: Cli) -> Result<u8> {
         }
         Command::Boot { .. } => Err(NotImplemented("boot".into()).into()),
         Command::Publish { .. } => Err(NotImplemented("publish".into()).into()),
-        Command::Inspect { .. } => Err(NotImplemented("inspect".into()).into()),
+        Command::Inspect { repo, ref_name } => {
+            let repository = ostree::open(&repo)?;
+            let info = ostree::read_commit(&repository, &ref_name)?;
+            let evidence = commit::full_evidence(&info).ok();
+            if cli.json {
+                let mut doc = serde_json::to_value(&info)?;
+                doc["evidence"] = serde_json::to_value(&evidence)?;
+                print_json(&doc)?;
+            } else {
+                print!("{}", render_commit(&info, evidence.as_ref()));
+            }
+            Ok(exit::OK)
+        }
     }
 }

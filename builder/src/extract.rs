@@ -33,14 +33,21 @@ pub enum UnsafeEntry {
 pub struct ExtractOptions {
     /// Keep uid/gid from the archive (rootfs tarballs; needs root).
     pub preserve_owners: bool,
-    /// Allow device nodes and FIFOs (rootfs tarballs).
-    pub allow_special_files: bool,
+    /// Skip device nodes and FIFOs instead of refusing them (rootfs
+    /// tarballs: devtmpfs provides /dev on the target).
+    pub skip_special_files: bool,
+    /// Accept symlink targets anywhere, absolute ones included: in a rootfs
+    /// they resolve on the target, not here. Writing through any symlink is
+    /// still refused.
+    pub rootfs_symlinks: bool,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ExtractStats {
     pub entries: u64,
     pub bytes: u64,
+    /// Special files left out (`skip_special_files`).
+    pub skipped: u64,
 }
 
 /// Wraps `reader` in the decompressor its magic bytes call for.
@@ -214,7 +221,9 @@ fn unpack_checked(reader: impl Read, root: &Path, options: ExtractOptions) -> Re
                     .context("decoding a link target")?
                     .with_context(|| format!("symlink {name} has no target"))?
                     .into_owned();
-                check_symlink_target(&rel, &link, &name)?;
+                if !options.rootfs_symlinks {
+                    check_symlink_target(&rel, &link, &name)?;
+                }
                 ensure_parent(&target)?;
                 entry
                     .unpack(&target)
@@ -242,11 +251,9 @@ fn unpack_checked(reader: impl Read, root: &Path, options: ExtractOptions) -> Re
                 std::fs::hard_link(root.join(&link_rel), &target)
                     .with_context(|| format!("creating hard link {name} -> {}", link.display()))?;
             }
-            EntryType::Char | EntryType::Block | EntryType::Fifo if options.allow_special_files => {
-                ensure_parent(&target)?;
-                entry
-                    .unpack(&target)
-                    .with_context(|| format!("creating special file {name}"))?;
+            EntryType::Char | EntryType::Block | EntryType::Fifo if options.skip_special_files => {
+                stats.skipped += 1;
+                continue;
             }
             other => {
                 return Err(UnsafeEntry::UnsupportedType {

@@ -80,6 +80,27 @@ impl<W: Write> Write for HashingWriter<W> {
     }
 }
 
+/// A digest of a directory tree: every path, type, mode, owner, symlink
+/// target and file content, in sorted order.
+pub fn sha256_tree(root: &Path) -> Result<String> {
+    use std::os::unix::fs::MetadataExt;
+    let mut hasher = Sha256::new();
+    for entry in walkdir::WalkDir::new(root).sort_by_file_name() {
+        let entry = entry.with_context(|| format!("walking {}", root.display()))?;
+        let rel = entry.path().strip_prefix(root).expect("inside the root");
+        let meta = entry.path().symlink_metadata()?;
+        hasher.update(rel.as_os_str().as_encoded_bytes());
+        hasher.update(format!("\0{:o}:{}:{}\0", meta.mode(), meta.uid(), meta.gid()).as_bytes());
+        if meta.file_type().is_symlink() {
+            hasher.update(std::fs::read_link(entry.path())?.as_os_str().as_encoded_bytes());
+        } else if meta.is_file() {
+            hasher.update(sha256_file(entry.path(), None)?.as_bytes());
+        }
+        hasher.update(b"\n");
+    }
+    Ok(hex::encode(hasher.finalize()))
+}
+
 /// True for a 64-digit hex sha256.
 pub fn is_sha256_hex(text: &str) -> bool {
     text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit())
@@ -103,6 +124,20 @@ mod tests {
         w.write_all(b"c").unwrap();
         assert_eq!(w.written(), 3);
         assert_eq!(w.finish().0, sha256_hex("abc"));
+    }
+
+    #[test]
+    fn tree_digest_sees_content_modes_and_links() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a"), "1").unwrap();
+        let first = sha256_tree(dir.path()).unwrap();
+        assert_eq!(first, sha256_tree(dir.path()).unwrap());
+        std::fs::set_permissions(dir.path().join("a"), std::fs::Permissions::from_mode(0o600)).unwrap();
+        let second = sha256_tree(dir.path()).unwrap();
+        assert_ne!(first, second);
+        std::os::unix::fs::symlink("a", dir.path().join("b")).unwrap();
+        assert_ne!(second, sha256_tree(dir.path()).unwrap());
     }
 
     #[test]

@@ -5,13 +5,18 @@
 
 pub mod cache;
 pub mod cli;
+pub mod commit;
 pub mod error;
 pub mod extract;
 pub mod fetch;
 pub mod hashing;
+pub mod initramfs;
 pub mod kernel;
+pub mod ostree;
 pub mod pipeline;
 pub mod recipe;
+pub mod rootfs;
+pub mod tag;
 pub mod tool;
 pub mod ui;
 pub mod verify;

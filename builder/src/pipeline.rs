@@ -13,13 +13,17 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::cache::{Cache, write_file_atomic};
+use crate::commit::{self, CommitFacts, CommitOutput};
 use crate::error::NotImplemented;
 use crate::fetch::{self, FetchOptions, Fetched};
-use crate::hashing::{sha256_file, sha256_hex};
+use crate::hashing::{sha256_file, sha256_hex, sha256_tree};
 use crate::kernel::build::{KernelOutput, build, kernel_key};
 use crate::kernel::config::{KconfigOutput, configure, read_fragments};
 use crate::kernel::{self, MakeEnv, SourceTree};
-use crate::recipe::{ConfigBase, Flavor, Recipe};
+use crate::ostree;
+use crate::recipe::{ConfigBase, Flavor, Recipe, RootfsBase};
+use crate::rootfs::{self, BuildInfo, ComposeInputs, KernelFiles, RootfsOutput};
+use crate::tag::{self, TagOutput, TagRequest};
 use crate::ui::Ui;
 use crate::verify;
 use rtcheck::Evidence;
@@ -369,7 +373,7 @@ pub fn run(ctx: &Context, until: Stage, report: &mut PipelineReport) -> Result<(
             ),
         )
         .with("flavor", recipe.flavor.to_string());
-    let _verified: VerifyOutput = run_stage(
+    let verified: VerifyOutput = run_stage(
         ctx,
         report,
         Stage::Verify,
@@ -402,7 +406,206 @@ pub fn run(ctx: &Context, until: Stage, report: &mut PipelineReport) -> Result<(
     if until == Stage::Verify {
         return Ok(());
     }
-    Err(NotImplemented(format!("the `{}` stage", Stage::Rootfs)).into())
+
+    let rootfs = stage_rootfs(ctx, report, &kernel)?;
+    if until == Stage::Rootfs {
+        return Ok(());
+    }
+    let committed = stage_commit(ctx, report, &kernel, &rootfs, &verified.evidence)?;
+    if until == Stage::Commit {
+        return Ok(());
+    }
+    if until < Stage::Tag {
+        return Err(NotImplemented(format!("the `{}` stage", Stage::Iso)).into());
+    }
+    let with_modules = kernel.modules.is_some();
+    stage_tag(
+        ctx,
+        report,
+        &committed,
+        &tag::required_checks(with_modules, false),
+        None,
+    )?;
+    Ok(())
+}
+
+/// The ostree repo: the recipe's, else `<work>/repo`.
+pub fn repo_path(ctx: &Context) -> PathBuf {
+    ctx.recipe
+        .ostree
+        .repo
+        .clone()
+        .unwrap_or_else(|| ctx.work_dir.join("repo"))
+}
+
+/// Bumped when the composed layout changes, so old rootfs stamps go stale.
+const ROOTFS_FORMAT: &str = concat!("imgbuild ", env!("CARGO_PKG_VERSION"), " layout 1");
+
+fn stage_rootfs(ctx: &Context, report: &mut PipelineReport, kernel: &KernelOutput) -> Result<RootfsOutput> {
+    let recipe = &ctx.recipe;
+    let base_key = match &recipe.rootfs.base {
+        RootfsBase::Debian {
+            suite,
+            variant,
+            packages,
+            mirror,
+        } => rootfs::base::debian_key(suite, variant, packages, mirror.as_deref()),
+        RootfsBase::Tarball(source) => fetch::fetch(source, &ctx.cache, &ctx.fetch_options, &ctx.ui)?.sha256,
+    };
+    let busybox = rootfs::static_busybox()?;
+    let mut key = Key::new()
+        .with("base", &base_key)
+        .with("kernel", &kernel.key)
+        .with("kargs", recipe.kernel.cmdline.join(" "))
+        .with("flavor", recipe.flavor.to_string())
+        .with("name", format!("{} {}", recipe.name, recipe.version))
+        .with("busybox", sha256_file(&busybox, None)?)
+        .with("format", ROOTFS_FORMAT);
+    for (i, overlay) in recipe.rootfs.overlays.iter().enumerate() {
+        key = key.with(
+            &format!("overlay {}", recipe.raw.rootfs.overlays[i]),
+            sha256_tree(overlay)?,
+        );
+    }
+    run_stage(
+        ctx,
+        report,
+        Stage::Rootfs,
+        &key,
+        |out: &RootfsOutput| out.tree.is_dir(),
+        |dir| {
+            let epoch = recipe.source_date_epoch();
+            let base = rootfs::base::obtain(
+                &recipe.rootfs.base,
+                &ctx.cache,
+                &ctx.fetch_options,
+                epoch,
+                &ctx.ui,
+            )?;
+            let kernel_files = KernelFiles {
+                bzimage: kernel.bzimage.clone(),
+                config: kernel.config.clone(),
+                modules: kernel.modules.clone(),
+                release: kernel.release.clone(),
+            };
+            let info = BuildInfo {
+                name: recipe.name.clone(),
+                version: recipe.version.clone(),
+                flavor: recipe.flavor.to_string(),
+                kernel_release: kernel.release.clone(),
+            };
+            let inputs = ComposeInputs {
+                base_tarball: &base.path,
+                kernel: &kernel_files,
+                overlays: &recipe.rootfs.overlays,
+                kargs: &recipe.kernel.cmdline,
+                info: &info,
+                busybox: &busybox,
+                epoch,
+            };
+            rootfs::compose(&inputs, dir, &ctx.ui)
+        },
+    )
+}
+
+fn stage_commit(
+    ctx: &Context,
+    report: &mut PipelineReport,
+    kernel: &KernelOutput,
+    rootfs: &RootfsOutput,
+    evidence: &Evidence,
+) -> Result<CommitOutput> {
+    let recipe = &ctx.recipe;
+    let facts = CommitFacts {
+        name: &recipe.name,
+        version: &recipe.version,
+        flavor: recipe.flavor,
+        kernel_release: &kernel.release,
+        kernel_config_sha256: &kernel.config_sha256,
+        kargs: &recipe.kernel.cmdline,
+        recipe_sha256: &recipe.sha256,
+        evidence,
+    };
+    let metadata = commit::metadata(&facts)?;
+    let repo = repo_path(ctx);
+    let parent = if repo.join("config").is_file() {
+        ostree::resolve(&ostree::open(&repo)?, &recipe.ostree.ref_name)?
+    } else {
+        None
+    };
+    let rootfs_key = report.stages.last().map(|s| s.key.clone()).unwrap_or_default();
+    let key = Key::new()
+        .with("rootfs", rootfs_key)
+        .with("metadata", format!("{metadata:?}"))
+        .with("repo", repo.display().to_string())
+        .with("parent", parent.unwrap_or_default())
+        .with("timestamp", recipe.source_date_epoch().to_string());
+    let present = |out: &CommitOutput| {
+        ostree::open(&out.repo).is_ok_and(|r| ostree::resolve(&r, &out.checksum).is_ok_and(|c| c.is_some()))
+    };
+    run_stage(ctx, report, Stage::Commit, &key, present, |_| {
+        let subject = format!("{} {} ({})", recipe.name, recipe.version, recipe.flavor);
+        let out = commit::commit(
+            &repo,
+            &recipe.ostree.ref_name,
+            &rootfs.tree,
+            &metadata,
+            &subject,
+            recipe.source_date_epoch(),
+        )?;
+        ctx.ui.note(format!(
+            "commit {} ({} of {} content objects written, {} bytes)",
+            out.checksum,
+            out.stats.content_objects_written,
+            out.stats.content_objects_total,
+            out.stats.content_bytes_written
+        ));
+        Ok(out)
+    })
+}
+
+fn stage_tag(
+    ctx: &Context,
+    report: &mut PipelineReport,
+    committed: &CommitOutput,
+    required: &[&str],
+    boot_evidence: Option<&Evidence>,
+) -> Result<TagOutput> {
+    let recipe = &ctx.recipe;
+    let started = Instant::now();
+    ctx.ui.step(
+        "tag",
+        format!("gate for {} ({} flavor)", recipe.ostree.ref_name, recipe.flavor),
+    );
+    let out = tag::tag(&TagRequest {
+        repo: &committed.repo,
+        ref_name: &recipe.ostree.ref_name,
+        commit: &committed.checksum,
+        flavor: recipe.flavor,
+        required,
+        boot_evidence,
+        gpg_key: recipe.ostree.gpg_key.as_deref(),
+        gpg_homedir: recipe.ostree.gpg_homedir.as_deref(),
+    })
+    .context("stage `tag` failed")?;
+    ctx.ui.note(format!(
+        "{} -> {}{}",
+        out.ref_name,
+        out.commit,
+        if out.signed { " (GPG signed)" } else { "" }
+    ));
+    report.stages.push(StageReport {
+        stage: Stage::Tag,
+        outcome: if out.previous.as_deref() == Some(out.commit.as_str()) {
+            Outcome::Cached
+        } else {
+            Outcome::Ran
+        },
+        key: out.commit.clone(),
+        seconds: started.elapsed().as_secs_f64(),
+        output: serde_json::to_value(&out)?,
+    });
+    Ok(out)
 }
 
 #[cfg(test)]

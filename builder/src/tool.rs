@@ -16,6 +16,7 @@ const PACKAGES: &[(&str, &str)] = &[
     ("apt-get", "apt"),
     ("bc", "bc"),
     ("bison", "bison"),
+    ("busybox", "busybox-static"),
     ("cpio", "cpio"),
     ("cyclictest", "rt-tests"),
     ("depmod", "kmod"),

@@ -5,6 +5,7 @@
 
 #[cfg(feature = "image")]
 pub mod bzimage;
+pub mod elf;
 pub mod evidence;
 pub mod ikconfig;
 pub mod kconfig;

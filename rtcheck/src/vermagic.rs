@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::elf::ElfError;
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Vermagic {
     pub raw: String,
@@ -29,58 +31,14 @@ pub enum VermagicError {
     NoVermagic,
 }
 
-fn read_u16(data: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_le_bytes(data.get(at..at + 2)?.try_into().ok()?))
-}
-fn read_u32(data: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(data.get(at..at + 4)?.try_into().ok()?))
-}
-fn read_u64(data: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(data.get(at..at + 8)?.try_into().ok()?))
-}
-
-/// The contents of the section called `name`.
-fn section<'a>(elf: &'a [u8], name: &str) -> Result<Option<&'a [u8]>, VermagicError> {
-    if elf.len() < 64 || &elf[..4] != b"\x7fELF" || elf[4] != 2 || elf[5] != 1 {
-        return Err(VermagicError::NotElf64);
-    }
-    let bad = || VermagicError::BadSectionTable;
-    let shoff = usize::try_from(read_u64(elf, 0x28).ok_or_else(bad)?).map_err(|_| bad())?;
-    let shentsize = read_u16(elf, 0x3a).ok_or_else(bad)? as usize;
-    let shnum = read_u16(elf, 0x3c).ok_or_else(bad)? as usize;
-    let shstrndx = read_u16(elf, 0x3e).ok_or_else(bad)? as usize;
-    if shentsize < 0x40 || shstrndx >= shnum {
-        return Err(bad());
-    }
-    let header = |index: usize| -> Result<(u32, &'a [u8]), VermagicError> {
-        let at = shoff
-            .checked_add(index.checked_mul(shentsize).ok_or_else(bad)?)
-            .ok_or_else(bad)?;
-        let name = read_u32(elf, at).ok_or_else(bad)?;
-        let offset = usize::try_from(read_u64(elf, at + 0x18).ok_or_else(bad)?).map_err(|_| bad())?;
-        let size = usize::try_from(read_u64(elf, at + 0x20).ok_or_else(bad)?).map_err(|_| bad())?;
-        let data = elf
-            .get(offset..offset.checked_add(size).ok_or_else(bad)?)
-            .ok_or_else(bad)?;
-        Ok((name, data))
-    };
-    let (_, names) = header(shstrndx)?;
-    for index in 0..shnum {
-        let (name_offset, data) = header(index)?;
-        let section_name = names
-            .get(name_offset as usize..)
-            .and_then(|s| s.split(|&b| b == 0).next())
-            .unwrap_or_default();
-        if section_name == name.as_bytes() {
-            return Ok(Some(data));
-        }
-    }
-    Ok(None)
-}
-
 /// Reads the vermagic of an uncompressed module.
 pub fn read_vermagic(module: &[u8]) -> Result<Vermagic, VermagicError> {
-    let modinfo = section(module, ".modinfo")?.ok_or(VermagicError::NoModinfo)?;
+    let modinfo = crate::elf::section(module, ".modinfo")
+        .map_err(|e| match e {
+            ElfError::NotElf64 => VermagicError::NotElf64,
+            ElfError::BadSectionTable => VermagicError::BadSectionTable,
+        })?
+        .ok_or(VermagicError::NoModinfo)?;
     let raw = modinfo
         .split(|&b| b == 0)
         .find_map(|entry| entry.strip_prefix(b"vermagic="))

@@ -154,3 +154,153 @@ pub fn copy_project_inputs(dir: &Path) {
         }
     }
 }
+
+/// Appends one entry to a tar under construction.
+pub fn tar_entry(
+    builder: &mut tar::Builder<Vec<u8>>,
+    path: &str,
+    kind: tar::EntryType,
+    mode: u32,
+    data: &[u8],
+    link: Option<&str>,
+) {
+    let mut header = tar::Header::new_gnu();
+    header.set_entry_type(kind);
+    header.set_mode(mode);
+    header.set_uid(0);
+    header.set_gid(0);
+    header.set_mtime(1_700_000_000);
+    header.set_size(data.len() as u64);
+    if kind == tar::EntryType::Char {
+        header.set_device_major(1).unwrap();
+        header.set_device_minor(3).unwrap();
+    }
+    if let Some(link) = link {
+        builder.append_link(&mut header, path, link).unwrap();
+    } else {
+        builder.append_data(&mut header, path, data).unwrap();
+    }
+}
+
+/// A small Debian-like rootfs tarball: merged /usr, /etc, /var with a dpkg
+/// database, /root, a setuid binary, a device node, an absolute symlink, and a
+/// static busybox standing in for ostree-prepare-root.
+pub fn synthetic_rootfs_tarball(dest: &Path) {
+    use tar::EntryType::{Char, Directory, Regular, Symlink};
+    let busybox = std::fs::read("/bin/busybox").expect("busybox-static is installed");
+    let mut b = tar::Builder::new(Vec::new());
+    for dir in [
+        "dev",
+        "etc",
+        "etc/alternatives",
+        "home",
+        "root",
+        "usr",
+        "usr/bin",
+        "usr/lib",
+        "usr/lib/ostree",
+        "usr/local",
+        "usr/local/bin",
+        "var",
+        "var/lib",
+        "var/lib/dpkg",
+        "var/log",
+        "boot",
+        "tmp",
+        "proc",
+        "sys",
+        "run",
+    ] {
+        tar_entry(
+            &mut b,
+            dir,
+            Directory,
+            if dir == "root" { 0o700 } else { 0o755 },
+            b"",
+            None,
+        );
+    }
+    tar_entry(&mut b, "bin", Symlink, 0o777, b"", Some("usr/bin"));
+    tar_entry(&mut b, "lib", Symlink, 0o777, b"", Some("usr/lib"));
+    tar_entry(&mut b, "dev/null", Char, 0o666, b"", None);
+    tar_entry(&mut b, "etc/hostname", Regular, 0o644, b"localhost\n", None);
+    tar_entry(
+        &mut b,
+        "etc/passwd",
+        Regular,
+        0o644,
+        b"root:x:0:0:root:/root:/bin/sh\n",
+        None,
+    );
+    tar_entry(
+        &mut b,
+        "etc/shadow",
+        Regular,
+        0o640,
+        b"root:*:19000:0:99999:7:::\n",
+        None,
+    );
+    tar_entry(
+        &mut b,
+        "etc/alternatives/awk",
+        Symlink,
+        0o777,
+        b"",
+        Some("/usr/bin/mawk"),
+    );
+    tar_entry(
+        &mut b,
+        "usr/bin/su",
+        Regular,
+        0o4755,
+        b"\x7fELF setuid stand-in",
+        None,
+    );
+    tar_entry(
+        &mut b,
+        "usr/bin/mawk",
+        Regular,
+        0o755,
+        b"\x7fELF mawk stand-in",
+        None,
+    );
+    tar_entry(
+        &mut b,
+        "usr/lib/ostree/ostree-prepare-root",
+        Regular,
+        0o755,
+        &busybox,
+        None,
+    );
+    tar_entry(
+        &mut b,
+        "var/lib/dpkg/status",
+        Regular,
+        0o644,
+        b"Package: base-files\nStatus: install ok installed\n",
+        None,
+    );
+    tar_entry(&mut b, "root/.profile", Regular, 0o644, b"PATH=/usr/bin\n", None);
+    tar_entry(&mut b, "boot/vmlinuz-stale", Regular, 0o644, b"old kernel", None);
+    std::fs::write(dest, b.into_inner().unwrap()).unwrap();
+}
+
+/// The Debian RT kernel laid out as imgbuild's kernel stage leaves it.
+pub fn debian_kernel_files(flavor: &str, dir: &Path) -> imgbuild::rootfs::KernelFiles {
+    let fixture = debian_kernel(flavor);
+    let package = std::fs::read_to_string(fixture.join("package")).unwrap();
+    let release = package.trim().trim_start_matches("linux-image-").to_string();
+    let modules = dir.join(format!("modules/lib/modules/{release}"));
+    std::fs::create_dir_all(modules.join("kernel/drivers/net")).unwrap();
+    std::fs::copy(
+        fixture.join("dummy.ko"),
+        modules.join("kernel/drivers/net/dummy.ko"),
+    )
+    .unwrap();
+    imgbuild::rootfs::KernelFiles {
+        bzimage: fixture.join("vmlinuz"),
+        config: fixture.join("config"),
+        modules: Some(modules),
+        release,
+    }
+}

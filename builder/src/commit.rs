@@ -1,0 +1,148 @@
+//! The `commit` stage: the composed tree becomes an ostree commit carrying
+//! the build facts and the PREEMPT_RT evidence. No ref moves here.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use rtcheck::Evidence;
+use serde::{Deserialize, Serialize};
+
+use crate::ostree::{self, CommitRequest, MetaValue, Metadata, WriteStats};
+use crate::recipe::Flavor;
+
+/// Metadata keys written on every commit.
+pub mod key {
+    pub const VERSION: &str = "version";
+    pub const BOOTABLE: &str = "ostree.bootable";
+    pub const LINUX: &str = "ostree.linux";
+    pub const NAME: &str = "imgbuild.name";
+    pub const FLAVOR: &str = "imgbuild.flavor";
+    pub const KERNEL_RELEASE: &str = "imgbuild.kernel.release";
+    pub const KERNEL_CONFIG_SHA256: &str = "imgbuild.kernel.config-sha256";
+    pub const KARGS: &str = "imgbuild.kargs";
+    pub const RECIPE_SHA256: &str = "imgbuild.recipe-sha256";
+    /// The whole evidence as JSON; `imgbuild.rt.<check id>` hold each status.
+    pub const RT_EVIDENCE: &str = "imgbuild.rt.evidence";
+    pub const RT_PREFIX: &str = "imgbuild.rt.";
+}
+
+/// The facts a commit records.
+#[derive(Clone, Debug)]
+pub struct CommitFacts<'a> {
+    pub name: &'a str,
+    pub version: &'a str,
+    pub flavor: Flavor,
+    pub kernel_release: &'a str,
+    pub kernel_config_sha256: &'a str,
+    pub kargs: &'a [String],
+    pub recipe_sha256: &'a str,
+    pub evidence: &'a Evidence,
+}
+
+/// Builds the commit metadata (pure).
+pub fn metadata(facts: &CommitFacts) -> Result<Metadata> {
+    let mut m = Metadata::new();
+    let mut put = |k: &str, v: MetaValue| {
+        m.insert(k.to_string(), v);
+    };
+    put(key::VERSION, MetaValue::Str(facts.version.into()));
+    put(key::BOOTABLE, MetaValue::Bool(true));
+    put(key::LINUX, MetaValue::Str(facts.kernel_release.into()));
+    put(key::NAME, MetaValue::Str(facts.name.into()));
+    put(key::FLAVOR, MetaValue::Str(facts.flavor.to_string()));
+    put(key::KERNEL_RELEASE, MetaValue::Str(facts.kernel_release.into()));
+    put(
+        key::KERNEL_CONFIG_SHA256,
+        MetaValue::Str(facts.kernel_config_sha256.into()),
+    );
+    put(key::KARGS, MetaValue::StrList(facts.kargs.to_vec()));
+    put(key::RECIPE_SHA256, MetaValue::Str(facts.recipe_sha256.into()));
+    put(
+        key::RT_EVIDENCE,
+        MetaValue::Str(serde_json::to_string(facts.evidence)?),
+    );
+    for check in &facts.evidence.checks {
+        put(
+            &format!("{}{}", key::RT_PREFIX, check.id),
+            MetaValue::Str(check.status.to_string().to_lowercase()),
+        );
+    }
+    Ok(m)
+}
+
+/// Reads the evidence back from a commit's metadata (what devices see).
+pub fn evidence_of(info: &ostree::CommitInfo) -> Result<Evidence> {
+    let text = info
+        .metadata
+        .get(key::RT_EVIDENCE)
+        .and_then(|v| v.as_str())
+        .with_context(|| {
+            format!(
+                "commit {} carries no {} metadata",
+                info.checksum,
+                key::RT_EVIDENCE
+            )
+        })?;
+    serde_json::from_str(text)
+        .with_context(|| format!("parsing {} of commit {}", key::RT_EVIDENCE, info.checksum))
+}
+
+/// Detached metadata key of the boot evidence, added at tag time.
+pub const BOOT_EVIDENCE: &str = "imgbuild.rt.boot.evidence";
+
+/// The commit's evidence plus the boot evidence recorded when it was tagged.
+pub fn full_evidence(info: &ostree::CommitInfo) -> Result<Evidence> {
+    let mut evidence = evidence_of(info)?;
+    if let Some(text) = info.detached_metadata.get(BOOT_EVIDENCE).and_then(|v| v.as_str()) {
+        let boot: Evidence = serde_json::from_str(text)
+            .with_context(|| format!("parsing {BOOT_EVIDENCE} of commit {}", info.checksum))?;
+        evidence.extend(boot);
+    }
+    Ok(evidence)
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct CommitOutput {
+    pub repo: PathBuf,
+    pub checksum: String,
+    pub parent: Option<String>,
+    pub reused_parent: bool,
+    pub stats: WriteStats,
+}
+
+/// Commits `tree` to the archive repo at `repo_path`, with the ref's current
+/// target as parent.
+pub fn commit(
+    repo_path: &Path,
+    ref_name: &str,
+    tree: &Path,
+    metadata: &Metadata,
+    subject: &str,
+    timestamp: u64,
+) -> Result<CommitOutput> {
+    let repo = ostree::open_or_create(repo_path)?;
+    let parent = ostree::resolve(&repo, ref_name)?;
+    let force_root_owner =
+        std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m) != 0)?;
+    let result = ostree::commit_tree(
+        &repo,
+        CommitRequest {
+            tree,
+            subject,
+            metadata,
+            timestamp,
+            parent: parent.as_deref(),
+            force_root_owner,
+            cancellable: None,
+            on_entry: None,
+        },
+    )?;
+    Ok(CommitOutput {
+        repo: repo_path.to_path_buf(),
+        checksum: result.checksum,
+        parent,
+        reused_parent: result.reused_parent,
+        stats: result.stats,
+    })
+}

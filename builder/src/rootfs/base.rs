@@ -1,0 +1,179 @@
+//! The base rootfs: a Debian tree from mmdebstrap, or a tarball given by
+//! path/url + sha256. Either way the result is a tarball in the cache.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::cache::Cache;
+use crate::fetch::{self, FetchOptions};
+use crate::hashing::sha256_hex;
+use crate::recipe::RootfsBase;
+use crate::tool;
+use crate::ui::Ui;
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct BaseTarball {
+    pub path: PathBuf,
+    /// Identifies the content: the tarball's sha256, or the hash of the
+    /// mmdebstrap inputs (the archive moves on, so this is not a content hash).
+    pub key: String,
+    pub origin: String,
+    pub cached: bool,
+}
+
+/// The Debian mirrors for a suite: main, updates and security.
+pub fn debian_sources(suite: &str, mirror: Option<&str>) -> Vec<String> {
+    let mirror = mirror
+        .unwrap_or("http://deb.debian.org/debian")
+        .trim_end_matches('/');
+    let mut sources = vec![
+        format!("deb {mirror} {suite} main"),
+        format!("deb {mirror} {suite}-updates main"),
+    ];
+    if mirror == "http://deb.debian.org/debian" {
+        sources.push(format!(
+            "deb http://deb.debian.org/debian-security {suite}-security main"
+        ));
+    }
+    sources
+}
+
+/// The mmdebstrap inputs as a stable key.
+pub fn debian_key(suite: &str, variant: &str, packages: &[String], mirror: Option<&str>) -> String {
+    let mut packages = packages.to_vec();
+    packages.sort();
+    packages.dedup();
+    sha256_hex(format!(
+        "suite={suite}\nvariant={variant}\npackages={}\nsources={}\n",
+        packages.join(","),
+        debian_sources(suite, mirror).join("|")
+    ))
+}
+
+pub fn obtain(
+    base: &RootfsBase,
+    cache: &Cache,
+    fetch_options: &FetchOptions,
+    epoch: u64,
+    ui: &Ui,
+) -> Result<BaseTarball> {
+    match base {
+        RootfsBase::Tarball(source) => {
+            let fetched = fetch::fetch(source, cache, fetch_options, ui)?;
+            Ok(BaseTarball {
+                path: fetched.path,
+                key: fetched.sha256,
+                origin: fetched.origin,
+                cached: fetched.cached,
+            })
+        }
+        RootfsBase::Debian {
+            suite,
+            variant,
+            packages,
+            mirror,
+        } => {
+            let key = debian_key(suite, variant, packages, mirror.as_deref());
+            let path = cache.area("rootfs-base")?.join(format!("{key}.tar"));
+            let origin = format!("mmdebstrap {suite} ({variant}, {} packages)", packages.len());
+            if path.is_file() {
+                ui.note(format!("cached: {origin} ({})", path.display()));
+                return Ok(BaseTarball {
+                    path,
+                    key,
+                    origin,
+                    cached: true,
+                });
+            }
+            mmdebstrap(
+                suite,
+                variant,
+                packages,
+                mirror.as_deref(),
+                &path,
+                cache,
+                epoch,
+                ui,
+            )?;
+            Ok(BaseTarball {
+                path,
+                key,
+                origin,
+                cached: false,
+            })
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn mmdebstrap(
+    suite: &str,
+    variant: &str,
+    packages: &[String],
+    mirror: Option<&str>,
+    dest: &Path,
+    cache: &Cache,
+    epoch: u64,
+    ui: &Ui,
+) -> Result<()> {
+    let mut cmd = tool::command("mmdebstrap")?;
+    let apt_cache = cache.area(&format!("apt-archives/{suite}"))?;
+    let temp = cache.temp_file()?;
+    cmd.arg(format!("--variant={variant}"))
+        .arg("--mode=root")
+        .arg("--format=tar")
+        // Keep downloaded .debs in the imgbuild cache between runs.
+        .arg("--skip=essential/unlink")
+        .arg("--setup-hook=mkdir -p \"$1\"/var/cache/apt/archives/")
+        .arg(format!(
+            "--setup-hook=sync-in {} /var/cache/apt/archives/",
+            apt_cache.display()
+        ))
+        .arg(format!(
+            "--customize-hook=sync-out /var/cache/apt/archives {}",
+            apt_cache.display()
+        ))
+        .env("SOURCE_DATE_EPOCH", epoch.to_string());
+    if !packages.is_empty() {
+        cmd.arg(format!("--include={}", packages.join(",")));
+    }
+    cmd.arg(suite).arg(temp.path());
+    for source in debian_sources(suite, mirror) {
+        cmd.arg(source);
+    }
+    let log = cache
+        .root()
+        .join("tmp")
+        .join(format!("mmdebstrap-{}.log", std::process::id()));
+    let spinner = ui.spinner("mmdebstrap");
+    ui.note(format!("{} (log: {})", tool::describe(&cmd), log.display()));
+    let result = tool::run_logged(&mut cmd, &log, |line| {
+        if let Some(step) = line.strip_prefix("I: ") {
+            spinner.set_message(format!("mmdebstrap: {step}"));
+        }
+    });
+    spinner.finish_and_clear();
+    result.context("building the base rootfs with mmdebstrap")?;
+    let _ = std::fs::remove_file(&log);
+    temp.persist(dest)
+        .with_context(|| format!("moving the rootfs tarball to {}", dest.display()))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_ignores_package_order_and_duplicates() {
+        let a = debian_key("bookworm", "minbase", &["b".into(), "a".into()], None);
+        let b = debian_key("bookworm", "minbase", &["a".into(), "b".into(), "a".into()], None);
+        assert_eq!(a, b);
+        assert_ne!(a, debian_key("bookworm", "apt", &["a".into(), "b".into()], None));
+        assert_eq!(debian_sources("bookworm", None).len(), 3);
+        assert_eq!(debian_sources("bookworm", Some("http://mirror/debian/")).len(), 2);
+    }
+}

@@ -1,0 +1,242 @@
+//! The `rootfs` stage: base tree, kernel and modules the ostree way, a boot
+//! initramfs, the overlays, and the ostree layout.
+//!
+//! The tree is composed in `<stage>/tree.partial` and renamed to
+//! `<stage>/tree` only when complete.
+
+pub mod base;
+pub mod layout;
+pub mod overlay;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+
+use crate::extract::{ExtractOptions, extract_tarball};
+use crate::initramfs::{self, Archive, Data};
+use crate::ui::Ui;
+
+/// Where the recipe's kernel arguments are written in the tree.
+pub const KARGS_FILE: &str = "usr/lib/imgbuild/kargs";
+/// Build facts (name, version, flavor, kernel) for tools on the device.
+pub const BUILD_INFO_FILE: &str = "usr/lib/imgbuild/build.json";
+const OSTREE_INIT: &str = include_str!("ostree-init.sh");
+
+/// The built kernel as the rootfs needs it.
+#[derive(Clone, Debug)]
+pub struct KernelFiles {
+    pub bzimage: PathBuf,
+    pub config: PathBuf,
+    /// `lib/modules/<release>` of a `modules_install`, when modules exist.
+    pub modules: Option<PathBuf>,
+    pub release: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct BuildInfo {
+    pub name: String,
+    pub version: String,
+    pub flavor: String,
+    pub kernel_release: String,
+}
+
+pub struct ComposeInputs<'a> {
+    pub base_tarball: &'a Path,
+    pub kernel: &'a KernelFiles,
+    pub overlays: &'a [PathBuf],
+    pub kargs: &'a [String],
+    pub info: &'a BuildInfo,
+    /// A statically linked busybox for the boot initramfs.
+    pub busybox: &'a Path,
+    pub epoch: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct RootfsOutput {
+    pub tree: PathBuf,
+    pub kernel_release: String,
+    pub kargs: Vec<String>,
+    pub initramfs_sha256: String,
+    pub size_bytes: u64,
+    pub files: u64,
+    pub layout: layout::LayoutReport,
+}
+
+/// The host's static busybox (Debian package busybox-static).
+pub fn static_busybox() -> Result<PathBuf> {
+    let path = PathBuf::from("/bin/busybox");
+    let bytes = std::fs::read(&path).map_err(|_| crate::error::MissingTool {
+        tool: "busybox".into(),
+        package: "busybox-static".into(),
+    })?;
+    let dynamic = rtcheck::elf::dynamic(&bytes).context("reading /bin/busybox")?;
+    if dynamic.interpreter.is_some() {
+        bail!(
+            "/bin/busybox is dynamically linked; install the Debian package busybox-static instead of busybox"
+        );
+    }
+    Ok(path)
+}
+
+/// Copies a directory tree, keeping modes, owners and symlinks.
+pub fn copy_tree(from: &Path, to: &Path) -> Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let mut copied = 0;
+    for entry in walkdir::WalkDir::new(from).sort_by_file_name() {
+        let entry = entry.with_context(|| format!("walking {}", from.display()))?;
+        let dest = to.join(entry.path().strip_prefix(from).expect("inside"));
+        let meta = entry.path().symlink_metadata()?;
+        if meta.file_type().is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(entry.path())?, &dest)?;
+        } else if meta.is_dir() {
+            std::fs::create_dir_all(&dest)?;
+            std::fs::set_permissions(&dest, meta.permissions())?;
+        } else {
+            std::fs::copy(entry.path(), &dest)
+                .with_context(|| format!("copying {}", entry.path().display()))?;
+            copied += 1;
+        }
+        std::os::unix::fs::lchown(&dest, Some(meta.uid()), Some(meta.gid())).ok();
+    }
+    Ok(copied)
+}
+
+fn install_kernel(root: &Path, kernel: &KernelFiles) -> Result<PathBuf> {
+    let modules_dir = root.join("usr/lib/modules").join(&kernel.release);
+    std::fs::create_dir_all(&modules_dir)?;
+    if let Some(modules) = &kernel.modules {
+        copy_tree(modules, &modules_dir)?;
+    }
+    std::fs::copy(&kernel.bzimage, modules_dir.join("vmlinuz")).context("installing vmlinuz")?;
+    std::fs::copy(&kernel.config, modules_dir.join("config")).context("installing the kernel config")?;
+    Ok(modules_dir)
+}
+
+/// The initramfs that boots an ostree deployment: busybox, an init script,
+/// and `ostree-prepare-root` with its libraries, all taken from the rootfs.
+pub fn boot_initramfs(root: &Path, busybox: &Path) -> Result<Archive> {
+    const PREPARE_ROOT: &str = "usr/lib/ostree/ostree-prepare-root";
+    if !root.join(PREPARE_ROOT).is_file() {
+        bail!(
+            "the rootfs has no /{PREPARE_ROOT}; add the Debian package `ostree-boot` to rootfs.base.packages"
+        );
+    }
+    let mut archive = Archive::new();
+    for dir in [
+        "dev", "proc", "sys", "run", "sysroot", "tmp", "usr/bin", "usr/sbin",
+    ] {
+        archive.dir(dir, 0o755)?;
+    }
+    archive.symlink("bin", "usr/bin")?;
+    archive.symlink("sbin", "usr/sbin")?;
+    archive.symlink("lib", "usr/lib")?;
+    archive.symlink("lib64", "usr/lib64")?;
+    archive.file("usr/bin/busybox", 0o755, Data::Path(busybox.to_path_buf()))?;
+    archive.file("init", 0o755, Data::Bytes(OSTREE_INIT.as_bytes().to_vec()))?;
+    initramfs::add_program_with_libraries(&mut archive, root, PREPARE_ROOT)?;
+    Ok(archive)
+}
+
+fn tree_size(root: &Path) -> Result<(u64, u64)> {
+    let (mut bytes, mut files) = (0, 0);
+    for entry in walkdir::WalkDir::new(root) {
+        let entry = entry?;
+        if entry.file_type().is_file() {
+            bytes += entry.metadata()?.len();
+            files += 1;
+        }
+    }
+    Ok((bytes, files))
+}
+
+fn remove_if_exists(path: &Path) -> Result<()> {
+    if std::fs::symlink_metadata(path).is_ok() {
+        std::fs::remove_dir_all(path).with_context(|| format!("removing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Composes the tree; returns once `<stage_dir>/tree` is complete.
+pub fn compose(inputs: &ComposeInputs, stage_dir: &Path, ui: &Ui) -> Result<RootfsOutput> {
+    let partial = stage_dir.join("tree.partial");
+    let tree = stage_dir.join("tree");
+    remove_if_exists(&partial)?;
+    let is_root = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)?;
+    ui.note(format!(
+        "extracting base rootfs {}",
+        inputs.base_tarball.display()
+    ));
+    extract_tarball(
+        inputs.base_tarball,
+        &partial,
+        ExtractOptions {
+            preserve_owners: is_root,
+            skip_special_files: true,
+            rootfs_symlinks: true,
+        },
+        ui,
+    )?;
+
+    let modules_dir = install_kernel(&partial, inputs.kernel)?;
+    let config = rtcheck::kconfig::Config::parse(&std::fs::read_to_string(&inputs.kernel.config)?)?;
+    let codec = initramfs::codec_for(&config)?;
+    let initramfs = boot_initramfs(&partial, inputs.busybox)?;
+    let initramfs_sha256 =
+        initramfs.write_compressed(&modules_dir.join("initramfs.img"), codec, inputs.epoch as u32)?;
+    ui.note(format!(
+        "boot initramfs: {} entries, {codec:?}, sha256 {initramfs_sha256}",
+        initramfs.len()
+    ));
+
+    for overlay_dir in inputs.overlays {
+        let applied = overlay::apply(overlay_dir, &partial)
+            .with_context(|| format!("applying overlay {}", overlay_dir.display()))?;
+        ui.note(format!(
+            "overlay {}: {} files, {} dirs, {} symlinks",
+            overlay_dir.display(),
+            applied.files,
+            applied.dirs,
+            applied.symlinks
+        ));
+    }
+    let imgbuild_dir = partial.join("usr/lib/imgbuild");
+    std::fs::create_dir_all(&imgbuild_dir)?;
+    let mut kargs = inputs.kargs.join("\n");
+    kargs.push('\n');
+    std::fs::write(
+        partial.join(KARGS_FILE),
+        if inputs.kargs.is_empty() {
+            String::new()
+        } else {
+            kargs
+        },
+    )?;
+    std::fs::write(
+        partial.join(BUILD_INFO_FILE),
+        serde_json::to_string_pretty(inputs.info)? + "\n",
+    )?;
+
+    let layout = layout::convert(&partial).context("converting to the ostree layout")?;
+    let (size_bytes, files) = tree_size(&partial)?;
+
+    let old = stage_dir.join("tree.old");
+    remove_if_exists(&old)?;
+    if tree.exists() {
+        std::fs::rename(&tree, &old)?;
+    }
+    std::fs::rename(&partial, &tree)
+        .with_context(|| format!("moving the composed tree to {}", tree.display()))?;
+    remove_if_exists(&old)?;
+    ui.note(format!("rootfs: {files} files, {} MiB", size_bytes >> 20));
+    Ok(RootfsOutput {
+        tree,
+        kernel_release: inputs.kernel.release.clone(),
+        kargs: inputs.kargs.to_vec(),
+        initramfs_sha256,
+        size_bytes,
+        files,
+        layout,
+    })
+}

@@ -1,0 +1,318 @@
+//! The rootfs stage on a synthetic base tarball (seconds, no mmdebstrap):
+//! the exact ostree layout, the kernel and initramfs, overlays, and the RT
+//! tuning script against a fake sysfs.
+
+mod common;
+
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use common::{debian_kernel_files, repo_root, synthetic_rootfs_tarball};
+use imgbuild::rootfs::{BuildInfo, ComposeInputs, compose};
+use imgbuild::ui::Ui;
+
+/// Composes the synthetic rootfs with the Debian RT kernel and both overlays.
+pub fn composed(dir: &Path) -> imgbuild::rootfs::RootfsOutput {
+    let tarball = dir.join("base.tar");
+    synthetic_rootfs_tarball(&tarball);
+    let kernel = debian_kernel_files("rt", dir);
+    let overlays = [
+        repo_root().join("overlays/base"),
+        repo_root().join("overlays/rt-tuning"),
+    ];
+    let kargs = vec![
+        "isolcpus=managed_irq,domain,1-3".to_string(),
+        "nohz_full=1-3".to_string(),
+    ];
+    let info = BuildInfo {
+        name: "emberrtos".into(),
+        version: "1".into(),
+        flavor: "rt".into(),
+        kernel_release: kernel.release.clone(),
+    };
+    let stage = dir.join("stage");
+    std::fs::create_dir_all(&stage).unwrap();
+    compose(
+        &ComposeInputs {
+            base_tarball: &tarball,
+            kernel: &kernel,
+            overlays: &overlays,
+            kargs: &kargs,
+            info: &info,
+            busybox: Path::new("/bin/busybox"),
+            epoch: 1_764_460_800,
+        },
+        &stage,
+        &Ui::plain(),
+    )
+    .unwrap()
+}
+
+fn kind(path: &Path) -> String {
+    let meta = std::fs::symlink_metadata(path).unwrap();
+    if meta.file_type().is_symlink() {
+        format!("-> {}", std::fs::read_link(path).unwrap().display())
+    } else if meta.is_dir() {
+        let empty = std::fs::read_dir(path).unwrap().next().is_none();
+        format!(
+            "dir{} {:o}",
+            if empty { " (empty)" } else { "" },
+            meta.mode() & 0o7777
+        )
+    } else {
+        "file".into()
+    }
+}
+
+#[test]
+fn composed_tree_has_the_exact_ostree_layout() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = composed(dir.path());
+    let tree = &out.tree;
+    assert_eq!(out.tree, dir.path().join("stage/tree"));
+    assert!(!dir.path().join("stage/tree.partial").exists());
+
+    let mut top: Vec<(String, String)> = std::fs::read_dir(tree)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (e.file_name().to_string_lossy().into_owned(), kind(&e.path()))
+        })
+        .collect();
+    top.sort();
+    let expected: Vec<(String, String)> = [
+        ("bin", "-> usr/bin"),
+        ("boot", "dir (empty) 755"),
+        ("dev", "dir (empty) 755"),
+        ("home", "-> var/home"),
+        ("lib", "-> usr/lib"),
+        ("media", "-> run/media"),
+        ("mnt", "-> var/mnt"),
+        ("opt", "-> var/opt"),
+        ("ostree", "-> sysroot/ostree"),
+        ("proc", "dir (empty) 555"),
+        ("root", "-> var/roothome"),
+        ("run", "dir (empty) 755"),
+        ("srv", "-> var/srv"),
+        ("sys", "dir (empty) 555"),
+        ("sysroot", "dir (empty) 755"),
+        ("tmp", "dir (empty) 1777"),
+        ("usr", "dir 755"),
+        ("var", "dir (empty) 755"),
+    ]
+    .iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect();
+    assert_eq!(top, expected);
+    assert_eq!(kind(&tree.join("usr/local")), "-> ../var/usrlocal");
+
+    // /etc lives in /usr/etc, overlays applied in order (rt-tuning wins).
+    assert_eq!(
+        std::fs::read_to_string(tree.join("usr/etc/hostname")).unwrap(),
+        "localhost\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(tree.join("usr/etc/emberrtos/kernel-flavor")).unwrap(),
+        "rt\n"
+    );
+    let sysctl = std::fs::read_to_string(tree.join("usr/etc/sysctl.d/90-emberrtos-rt.conf")).unwrap();
+    assert!(
+        sysctl.contains("kernel.timer_migration = 0") && sysctl.contains("kernel.sched_rt_runtime_us = -1")
+    );
+    assert_eq!(
+        std::fs::metadata(tree.join("usr/etc/shadow")).unwrap().mode() & 0o7777,
+        0o640
+    );
+    assert_eq!(
+        kind(&tree.join("usr/etc/systemd/system/sysinit.target.wants/emberrtos-rt-tune.service")),
+        "-> /usr/lib/systemd/system/emberrtos-rt-tune.service"
+    );
+    assert_eq!(kind(&tree.join("usr/etc/alternatives/awk")), "-> /usr/bin/mawk");
+    assert_eq!(
+        std::fs::metadata(tree.join("usr/libexec/emberrtos/rt-tune"))
+            .unwrap()
+            .mode()
+            & 0o777,
+        0o755
+    );
+    // Debian's setuid bits survive.
+    assert_eq!(
+        std::fs::metadata(tree.join("usr/bin/su")).unwrap().mode() & 0o7777,
+        0o4755
+    );
+
+    // /var content is preserved through the factory and tmpfiles.d.
+    let tmpfiles = std::fs::read_to_string(tree.join("usr/lib/tmpfiles.d/imgbuild-var.conf")).unwrap();
+    assert!(tmpfiles.contains("C /var/lib/dpkg/status - - - - /usr/share/factory/var/lib/dpkg/status"));
+    assert!(tmpfiles.contains("d /var/roothome 0700 0 0 -"), "{tmpfiles}");
+    assert!(tmpfiles.contains("C /var/roothome/.profile - - - - /usr/share/factory/var/roothome/.profile"));
+    assert!(tree.join("usr/share/factory/var/lib/dpkg/status").is_file());
+
+    // The kernel the ostree way.
+    let modules = tree.join("usr/lib/modules").join(&out.kernel_release);
+    assert_eq!(
+        std::fs::read(modules.join("vmlinuz")).unwrap(),
+        std::fs::read(common::debian_kernel("rt").join("vmlinuz")).unwrap()
+    );
+    assert!(modules.join("kernel/drivers/net/dummy.ko").is_file());
+    assert!(modules.join("initramfs.img").is_file());
+    assert_eq!(
+        std::fs::read_to_string(tree.join("usr/lib/imgbuild/kargs")).unwrap(),
+        "isolcpus=managed_irq,domain,1-3\nnohz_full=1-3\n"
+    );
+    let info: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(tree.join("usr/lib/imgbuild/build.json")).unwrap())
+            .unwrap();
+    assert_eq!(info["flavor"], "rt");
+    // No stray kernel anywhere else, no device nodes.
+    assert_eq!(std::fs::read_dir(tree.join("boot")).unwrap().count(), 0);
+    assert!(out.size_bytes > 1_000_000);
+}
+
+/// The boot initramfs holds an init that runs ostree-prepare-root.
+#[test]
+fn boot_initramfs_can_prepare_an_ostree_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = composed(dir.path());
+    let image = out
+        .tree
+        .join("usr/lib/modules")
+        .join(&out.kernel_release)
+        .join("initramfs.img");
+    let compressed = std::fs::read(&image).unwrap();
+    let mut cpio = Vec::new();
+    // The Debian config enables RD_ZSTD, so the codec is zstd.
+    zstd::stream::read::Decoder::new(&compressed[..])
+        .unwrap()
+        .read_to_end(&mut cpio)
+        .unwrap();
+    let mut names = Vec::new();
+    let mut init = String::new();
+    let mut reader: &[u8] = &cpio;
+    loop {
+        let mut entry = cpio::NewcReader::new(reader).unwrap();
+        if entry.entry().is_trailer() {
+            break;
+        }
+        let name = entry.entry().name().to_string();
+        if name == "init" {
+            entry.read_to_string(&mut init).unwrap();
+        }
+        names.push(name);
+        reader = entry.finish().unwrap();
+    }
+    for needed in [
+        "init",
+        "usr/bin/busybox",
+        "usr/lib/ostree/ostree-prepare-root",
+        "sysroot",
+        "dev",
+        "proc",
+    ] {
+        assert!(
+            names.iter().any(|n| n == needed),
+            "{needed} missing from {names:?}"
+        );
+    }
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(names, sorted, "entries are sorted");
+    assert!(init.contains("ostree-prepare-root /sysroot"));
+    assert!(init.contains("switch_root /sysroot /sbin/init"));
+}
+
+fn fake_sysfs(root: &Path) {
+    let w = |p: &str, v: &str| {
+        let path = root.join(p);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, v).unwrap();
+    };
+    w("sys/devices/system/cpu/online", "0-3\n");
+    w("sys/devices/system/cpu/isolated", "1-2\n");
+    w("sys/devices/system/cpu/nohz_full", "2-3\n");
+    for cpu in 0..4 {
+        w(
+            &format!("sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_governor"),
+            "powersave\n",
+        );
+        for state in 0..4 {
+            w(
+                &format!("sys/devices/system/cpu/cpu{cpu}/cpuidle/state{state}/disable"),
+                "0\n",
+            );
+        }
+    }
+    for irq in [9, 24, 120] {
+        w(&format!("proc/irq/{irq}/smp_affinity_list"), "0-3\n");
+    }
+    w("proc/irq/default_smp_affinity", "f\n");
+    w("sys/devices/virtual/workqueue/cpumask", "f\n");
+    // No writeback workqueue knob: must be skipped, not fatal.
+}
+
+#[test]
+fn rt_tune_moves_irqs_and_never_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    fake_sysfs(dir.path());
+    let script = repo_root().join("overlays/rt-tuning/usr/libexec/emberrtos/rt-tune");
+    let output = std::process::Command::new("sh")
+        .arg(&script)
+        .env("RT_TUNE_ROOT", dir.path())
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{log}");
+    let read = |p: &str| {
+        std::fs::read_to_string(dir.path().join(p))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    assert!(
+        log.contains("RT CPUs: 1 2 3 ; housekeeping: 0") || log.contains("RT CPUs: 1 2 3; housekeeping: 0"),
+        "{log}"
+    );
+    for irq in [9, 24, 120] {
+        assert_eq!(read(&format!("proc/irq/{irq}/smp_affinity_list")), "0");
+    }
+    assert_eq!(read("proc/irq/default_smp_affinity"), "1");
+    assert_eq!(read("sys/devices/virtual/workqueue/cpumask"), "1");
+    assert!(
+        log.contains("skip /sys/bus/workqueue/devices/writeback/cpumask"),
+        "{log}"
+    );
+    for cpu in 0..4 {
+        assert_eq!(
+            read(&format!(
+                "sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_governor"
+            )),
+            "performance"
+        );
+        for state in 0..4 {
+            let want = if cpu >= 1 && state >= 2 { "1" } else { "0" };
+            assert_eq!(
+                read(&format!(
+                    "sys/devices/system/cpu/cpu{cpu}/cpuidle/state{state}/disable"
+                )),
+                want,
+                "cpu{cpu} state{state}"
+            );
+        }
+    }
+    // Every write is logged.
+    assert!(log.matches("rt-tune: set ").count() >= 3 + 2 + 4 + 6, "{log}");
+}
+
+#[test]
+fn rt_tune_on_hardware_without_knobs_still_exits_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = repo_root().join("overlays/rt-tuning/usr/libexec/emberrtos/rt-tune");
+    let status = std::process::Command::new("sh")
+        .arg(&script)
+        .env("RT_TUNE_ROOT", dir.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let _: PathBuf = script;
+}
