@@ -3,18 +3,20 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 
+use crate::boot::{self, Accel, BootOptions};
 use crate::cache::Cache;
-use crate::error::{NotImplemented, exit, exit_code};
+use crate::error::{exit, exit_code};
 use crate::fetch::FetchOptions;
 use crate::pipeline::{self, PipelineReport, Stage};
 use crate::recipe::Recipe;
 use crate::ui::Ui;
 use crate::verify;
-use crate::{commit, ostree};
+use crate::{commit, ostree, publish};
 use rtcheck::evidence::id;
 
 #[derive(Parser, Debug)]
@@ -29,12 +31,6 @@ pub struct Cli {
     pub json: bool,
     #[command(subcommand)]
     pub command: Command,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Accel {
-    Tcg,
-    Kvm,
 }
 
 #[derive(Subcommand, Debug)]
@@ -52,6 +48,18 @@ pub enum Command {
         /// Cache directory [default: $IMGBUILD_CACHE, else ~/.cache/imgbuild].
         #[arg(long)]
         cache_dir: Option<PathBuf>,
+        /// QEMU accelerator for the boot check.
+        #[arg(long, value_enum, default_value = "tcg")]
+        accel: Accel,
+        /// Seconds of jitter during the boot check (0: none).
+        #[arg(long, default_value_t = 5)]
+        boot_jitter: u64,
+        /// Seconds the boot check may take.
+        #[arg(long, default_value_t = 900)]
+        boot_timeout: u64,
+        /// Boot check through UEFI firmware (OVMF) instead of BIOS.
+        #[arg(long)]
+        uefi: bool,
     },
     /// Check a kernel image (bzImage) for PREEMPT_RT and print the evidence.
     VerifyKernel {
@@ -69,7 +77,7 @@ pub enum Command {
         #[arg(long, value_enum, default_value = "tcg")]
         accel: Accel,
         /// Seconds to wait for the guest.
-        #[arg(long, default_value_t = 300)]
+        #[arg(long, default_value_t = 600)]
         timeout: u64,
         /// Run jitter for this many seconds and print its report.
         #[arg(long)]
@@ -85,8 +93,20 @@ pub enum Command {
         /// A directory or file:// URL (the remote's web root).
         #[arg(long)]
         to: String,
+        /// Refs to publish [default: every ref of the repo].
         #[arg(long = "ref")]
         refs: Vec<String>,
+        /// GPG key to sign the summary with.
+        #[arg(long)]
+        gpg_key: Option<String>,
+        #[arg(long, requires = "gpg_key")]
+        gpg_homedir: Option<PathBuf>,
+        /// Static deltas from this many previously published commits per ref.
+        #[arg(long, default_value_t = 2)]
+        deltas: usize,
+        /// Publish even when the version is not newer than the remote's.
+        #[arg(long)]
+        force: bool,
     },
     /// Show a commit's metadata, including the RT evidence.
     Inspect {
@@ -181,6 +201,10 @@ pub fn run(cli: Cli) -> Result<u8> {
             until,
             work_dir,
             cache_dir,
+            accel,
+            boot_jitter,
+            boot_timeout,
+            uefi,
         } => {
             let recipe = Recipe::load(&file)?;
             let cache_root = cache_dir.unwrap_or_else(Cache::default_root);
@@ -194,6 +218,12 @@ pub fn run(cli: Cli) -> Result<u8> {
                 cache,
                 ui,
                 fetch_options: FetchOptions::default(),
+                boot: BootOptions {
+                    accel,
+                    timeout: Duration::from_secs(boot_timeout),
+                    jitter: (boot_jitter > 0).then_some(boot_jitter),
+                    uefi,
+                },
             };
             let mut report = PipelineReport::default();
             let result = pipeline::run(&ctx, until, &mut report);
@@ -233,8 +263,72 @@ pub fn run(cli: Cli) -> Result<u8> {
             verdict?;
             Ok(exit::OK)
         }
-        Command::Boot { .. } => Err(NotImplemented("boot".into()).into()),
-        Command::Publish { .. } => Err(NotImplemented("publish".into()).into()),
+        Command::Boot {
+            iso,
+            accel,
+            timeout,
+            jitter,
+            uefi,
+        } => {
+            let options = BootOptions {
+                accel,
+                timeout: Duration::from_secs(timeout),
+                jitter,
+                uefi,
+            };
+            let sha = crate::hashing::sha256_file(&iso, None)?;
+            let log_dir = tempfile::Builder::new()
+                .prefix("imgbuild-boot-")
+                .tempdir()?
+                .keep();
+            let out = boot::boot(&iso, &sha, &options, &log_dir.join("console.log"), &ui)?;
+            if cli.json {
+                print_json(&serde_json::to_value(&out)?)?;
+            } else {
+                print!("{}", boot::render(&out));
+            }
+            verify::gate("boot", &out.evidence, &[id::BOOT_UNAME, id::BOOT_CONFIG])?;
+            Ok(exit::OK)
+        }
+        Command::Publish {
+            repo,
+            to,
+            refs,
+            gpg_key,
+            gpg_homedir,
+            deltas,
+            force,
+        } => {
+            let transport = publish::LocalDir::parse(&to)?;
+            let options = publish::PublishOptions {
+                refs,
+                gpg_key: gpg_key.as_deref(),
+                gpg_homedir: gpg_homedir.as_deref(),
+                deltas,
+                force,
+                after_phase: &|_| Ok(()),
+            };
+            let report = publish::publish(&repo, &transport, &options, &ui)?;
+            if cli.json {
+                print_json(&serde_json::to_value(&report)?)?;
+            } else if report.no_op {
+                println!(
+                    "nothing to publish: {} already serves these commits",
+                    report.destination
+                );
+            } else {
+                for r in &report.refs {
+                    println!(
+                        "{} -> {} ({}), deltas: {}",
+                        r.ref_name,
+                        r.commit,
+                        r.version,
+                        r.deltas.join(", ")
+                    );
+                }
+            }
+            Ok(exit::OK)
+        }
         Command::Inspect { repo, ref_name } => {
             let repository = ostree::open(&repo)?;
             let info = ostree::read_commit(&repository, &ref_name)?;

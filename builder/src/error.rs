@@ -40,11 +40,6 @@ pub struct MissingTool {
     pub package: String,
 }
 
-/// A command of the CLI contract whose stage does not exist yet.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("`{0}` is not implemented yet")]
-pub struct NotImplemented(pub String);
-
 /// Maps an error chain to the process exit code.
 pub fn exit_code(error: &anyhow::Error) -> u8 {
     if error.chain().any(|e| e.is::<Refused>()) {

@@ -3,6 +3,7 @@
 //!
 //! Each pipeline stage is a module; `pipeline` chains them with cache keys.
 
+pub mod boot;
 pub mod cache;
 pub mod cli;
 pub mod commit;
@@ -12,8 +13,10 @@ pub mod fetch;
 pub mod hashing;
 pub mod initramfs;
 pub mod kernel;
+pub mod live;
 pub mod ostree;
 pub mod pipeline;
+pub mod publish;
 pub mod recipe;
 pub mod rootfs;
 pub mod tag;

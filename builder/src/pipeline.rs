@@ -12,14 +12,15 @@ use anyhow::{Context as _, Result};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::boot::{self, BootOptions, BootOutput};
 use crate::cache::{Cache, write_file_atomic};
 use crate::commit::{self, CommitFacts, CommitOutput};
-use crate::error::NotImplemented;
 use crate::fetch::{self, FetchOptions, Fetched};
 use crate::hashing::{sha256_file, sha256_hex, sha256_tree};
 use crate::kernel::build::{KernelOutput, build, kernel_key};
 use crate::kernel::config::{KconfigOutput, configure, read_fragments};
 use crate::kernel::{self, MakeEnv, SourceTree};
+use crate::live::{self, IsoOutput, LiveInputs};
 use crate::ostree;
 use crate::recipe::{ConfigBase, Flavor, Recipe, RootfsBase};
 use crate::rootfs::{self, BuildInfo, ComposeInputs, KernelFiles, RootfsOutput};
@@ -189,6 +190,7 @@ pub struct Context {
     pub cache: Cache,
     pub ui: Ui,
     pub fetch_options: FetchOptions,
+    pub boot: BootOptions,
 }
 
 impl Context {
@@ -415,18 +417,128 @@ pub fn run(ctx: &Context, until: Stage, report: &mut PipelineReport) -> Result<(
     if until == Stage::Commit {
         return Ok(());
     }
-    if until < Stage::Tag {
-        return Err(NotImplemented(format!("the `{}` stage", Stage::Iso)).into());
+    let iso = stage_iso(ctx, report, &kernel)?;
+    if until == Stage::Iso {
+        return Ok(());
+    }
+    let booted = stage_boot(ctx, report, &iso)?;
+    if until == Stage::Boot {
+        return Ok(());
     }
     let with_modules = kernel.modules.is_some();
     stage_tag(
         ctx,
         report,
         &committed,
-        &tag::required_checks(with_modules, false),
-        None,
+        &tag::required_checks(with_modules, true),
+        Some(&booted.evidence),
     )?;
     Ok(())
+}
+
+fn kernel_files(kernel: &KernelOutput) -> KernelFiles {
+    KernelFiles {
+        bzimage: kernel.bzimage.clone(),
+        config: kernel.config.clone(),
+        modules: kernel.modules.clone(),
+        release: kernel.release.clone(),
+    }
+}
+
+/// Where the live ISO goes: the recipe's path, else `<work>/<name>-<flavor>-live.iso`.
+pub fn iso_path(ctx: &Context) -> PathBuf {
+    let recipe = &ctx.recipe;
+    recipe.live.iso.clone().unwrap_or_else(|| {
+        ctx.work_dir
+            .join(format!("{}-{}-live.iso", recipe.name, recipe.flavor))
+    })
+}
+
+fn stage_iso(ctx: &Context, report: &mut PipelineReport, kernel: &KernelOutput) -> Result<IsoOutput> {
+    let recipe = &ctx.recipe;
+    let live_rootfs = recipe
+        .live
+        .rootfs
+        .clone()
+        .context("the recipe has no `live.rootfs` (the live image's files, e.g. ../live-image/rootfs)")?;
+    let suite = match &recipe.rootfs.base {
+        RootfsBase::Debian { suite, .. } => suite.clone(),
+        RootfsBase::Tarball(_) => "bookworm".to_string(),
+    };
+    let list = std::fs::read_to_string(live_rootfs.join(live::PACKAGES_FILE))
+        .with_context(|| format!("reading {}", live_rootfs.join(live::PACKAGES_FILE).display()))?;
+    let mut packages = live::parse_packages(&list);
+    packages.extend(recipe.live.packages.iter().cloned());
+    let jitter = live::find_jitter()?;
+    let iso = iso_path(ctx);
+    let key = Key::new()
+        .with("kernel", &kernel.key)
+        .with(
+            "base",
+            rootfs::base::debian_key(&suite, "essential", &packages, None),
+        )
+        .with("jitter", sha256_file(&jitter, None)?)
+        .with("live-rootfs", sha256_tree(&live_rootfs)?)
+        .with("ssh-keys", recipe.live.ssh_authorized_keys.join("\n"))
+        .with("kargs", recipe.kernel.cmdline.join(" "))
+        .with(
+            "name",
+            format!("{} {} {}", recipe.name, recipe.version, recipe.flavor),
+        )
+        .with("epoch", recipe.source_date_epoch().to_string())
+        .with("iso", iso.display().to_string())
+        .with("format", ROOTFS_FORMAT);
+    let present = |out: &IsoOutput| out.iso.is_file();
+    run_stage(ctx, report, Stage::Iso, &key, present, |dir| {
+        let title = format!("{} {} live", recipe.name, recipe.version);
+        let version_line = format!(
+            "{} {}, {} flavor, kernel {}",
+            recipe.name, recipe.version, recipe.flavor, kernel.release
+        );
+        let inputs = LiveInputs {
+            title: &title,
+            version_line: &version_line,
+            suite: &suite,
+            packages,
+            live_rootfs: &live_rootfs,
+            kernel: &kernel_files(kernel),
+            kargs: &recipe.kernel.cmdline,
+            ssh_authorized_keys: &recipe.live.ssh_authorized_keys,
+            jitter: &jitter,
+            iso: &iso,
+            epoch: recipe.source_date_epoch(),
+        };
+        live::build_iso(&inputs, &ctx.cache, &ctx.fetch_options, dir, &ctx.ui)
+    })
+}
+
+fn stage_boot(ctx: &Context, report: &mut PipelineReport, iso: &IsoOutput) -> Result<BootOutput> {
+    let options = &ctx.boot;
+    let key = Key::new()
+        .with("iso", &iso.iso_sha256)
+        .with("accel", format!("{:?}", options.accel))
+        .with("jitter", options.jitter.map_or("none".into(), |s| s.to_string()))
+        .with("uefi", options.uefi.to_string());
+    run_stage(
+        ctx,
+        report,
+        Stage::Boot,
+        &key,
+        |_| true,
+        |dir| {
+            let out = boot::boot(
+                &iso.iso,
+                &iso.iso_sha256,
+                options,
+                &dir.join("console.log"),
+                &ctx.ui,
+            )?;
+            for line in boot::render(&out).lines() {
+                ctx.ui.note(line);
+            }
+            Ok(out)
+        },
+    )
 }
 
 /// The ostree repo: the recipe's, else `<work>/repo`.

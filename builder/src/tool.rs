@@ -92,6 +92,21 @@ pub fn command(tool: &str) -> Result<Command, MissingTool> {
     Ok(Command::new(require(tool)?))
 }
 
+/// Makes the child receive SIGKILL when imgbuild dies, however it dies, so a
+/// killed build never leaves QEMU or make running against the work dir.
+pub fn die_with_parent(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: prctl is async-signal-safe and touches no memory of ours.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}
+
 /// Describes a command line for messages.
 pub fn describe(cmd: &Command) -> String {
     let mut words = vec![cmd.get_program().to_string_lossy().into_owned()];
@@ -136,7 +151,7 @@ pub fn run_logged(cmd: &mut Command, log: &Path, mut on_line: impl FnMut(&str)) 
         .with_context(|| format!("opening log {}", log.display()))?;
     writeln!(log_file, "$ {}", describe(cmd))?;
     let (reader, writer) = std::io::pipe().context("creating a pipe")?;
-    let mut child = cmd
+    let mut child = die_with_parent(cmd)
         .stdin(Stdio::null())
         .stdout(writer.try_clone()?)
         .stderr(writer)

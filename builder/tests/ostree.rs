@@ -427,3 +427,30 @@ fn gpg_signed_commit_verifies_with_its_key_only() {
         "{stderr}"
     );
 }
+
+#[test]
+fn boot_check_of_a_generic_kernel_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = small_tree(dir.path(), "rt\n");
+    let repo = dir.path().join("repo");
+    let out = commit_tree(&repo, &tree, &metadata(Flavor::Rt, &rt_evidence()));
+    // What the console shows when Debian's generic kernel boots the live ISO.
+    let console = "===IMGBUILD-KERNEL-BEGIN===\nrelease: 6.1.0-57-cloud-amd64\n\
+        uname-v: #1 SMP PREEMPT_DYNAMIC Debian 6.1.192-3 (2026-11-26)\nconfig: absent\n===IMGBUILD-KERNEL-END===\n";
+    let boot = imgbuild::boot::evidence(&imgbuild::boot::parse_console(console));
+    let required = required_checks(true, true);
+    let mut request = tag_request(&repo, &out.checksum, Flavor::Rt, &required);
+    request.boot_evidence = Some(&boot);
+    let err = tag(&request).unwrap_err();
+    assert_eq!(exit_code(&err), exit::REFUSED);
+    let text = format!("{err}");
+    assert!(
+        text.contains("boot.uname: not PREEMPT_RT (PREEMPT_DYNAMIC)"),
+        "{text}"
+    );
+    assert!(text.contains("boot.config"), "{text}");
+    assert_eq!(ost::resolve(&ost::open(&repo).unwrap(), REF).unwrap(), None);
+    // Nothing was recorded on the refused commit either.
+    let info = ost::read_commit(&ost::open(&repo).unwrap(), &out.checksum).unwrap();
+    assert!(info.detached_metadata.is_empty());
+}

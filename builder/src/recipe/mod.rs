@@ -158,6 +158,10 @@ pub struct RawLive {
     /// Extra Debian packages for the live rootfs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub packages: Vec<String>,
+    /// The live image's files: `init`, motd, banner, and a `packages` list
+    /// (usually `../live-image/rootfs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rootfs: Option<String>,
 }
 
 // ---- The validated recipe, with resolved paths. ----
@@ -240,6 +244,7 @@ pub struct Live {
     pub iso: Option<PathBuf>,
     pub ssh_authorized_keys: Vec<String>,
     pub packages: Vec<String>,
+    pub rootfs: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -672,6 +677,11 @@ impl Recipe {
                     iso: rl.iso.as_deref().map(|p| v.resolve("live.iso", p)).transpose()?,
                     ssh_authorized_keys: rl.ssh_authorized_keys.clone(),
                     packages: rl.packages.clone(),
+                    rootfs: rl
+                        .rootfs
+                        .as_deref()
+                        .map(|p| v.resolve("live.rootfs", p))
+                        .transpose()?,
                 }
             }
         };
@@ -789,6 +799,12 @@ impl Recipe {
         }
         if let Some(home) = &self.ostree.gpg_homedir {
             must_be_dir("ostree.gpg-homedir", home)?;
+        }
+        if let Some(live_rootfs) = &self.live.rootfs {
+            must_be_dir("live.rootfs", live_rootfs)?;
+            if !live_rootfs.join("init").is_file() {
+                return Err(v.error("live.rootfs", format!("{} has no `init`", live_rootfs.display())));
+            }
         }
         Ok(())
     }

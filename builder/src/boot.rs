@@ -1,0 +1,503 @@
+//! The `boot` stage and `imgbuild boot`: boots the live ISO in QEMU with the
+//! serial console captured, reads the booted kernel's `uname -v` and config
+//! from it, optionally runs jitter, and turns that into boot evidence.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use rtcheck::Evidence;
+use serde::{Deserialize, Serialize};
+
+use crate::tool;
+use crate::ui::Ui;
+
+pub const KERNEL_BEGIN: &str = "===IMGBUILD-KERNEL-BEGIN===";
+pub const KERNEL_END: &str = "===IMGBUILD-KERNEL-END===";
+pub const JITTER_BEGIN: &str = "===JITTER-REPORT-BEGIN===";
+pub const JITTER_END: &str = "===JITTER-REPORT-END===";
+pub const CHECK_DONE: &str = "===IMGBUILD-CHECK-DONE===";
+/// The first line of the live image's banner.
+pub const BANNER: &str = "EmberRTOS live validation image";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Accel {
+    Tcg,
+    Kvm,
+}
+
+#[derive(Clone, Debug)]
+pub struct BootOptions {
+    pub accel: Accel,
+    pub timeout: Duration,
+    /// Run jitter for this many seconds.
+    pub jitter: Option<u64>,
+    pub uefi: bool,
+}
+
+/// The jitter report as printed between the markers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "state")]
+pub enum JitterOutcome {
+    Complete {
+        exit: Option<i32>,
+        report: serde_json::Value,
+    },
+    /// The markers or the JSON are incomplete (the guest died or timed out).
+    Truncated { reason: String },
+}
+
+/// What the console showed.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct ConsoleReport {
+    pub release: Option<String>,
+    pub uname_v: Option<String>,
+    /// `CONFIG_*` lines from `/proc/config.gz`, or `None` when it is absent.
+    pub config: Option<Vec<String>>,
+    pub banner: bool,
+    pub check_done: bool,
+    pub jitter: Option<JitterOutcome>,
+}
+
+/// Parses the serial console log (pure). Kernel messages may interleave, so
+/// only lines inside the markers are read.
+pub fn parse_console(text: &str) -> ConsoleReport {
+    let text = text.replace('\r', "");
+    let mut report = ConsoleReport {
+        banner: text.contains(BANNER),
+        check_done: text.contains(CHECK_DONE),
+        ..ConsoleReport::default()
+    };
+    if let Some(section) = between(&text, KERNEL_BEGIN, KERNEL_END) {
+        let mut config = Vec::new();
+        let mut absent = false;
+        for line in section.lines() {
+            if let Some(v) = line.strip_prefix("release: ") {
+                report.release = Some(v.trim().to_string());
+            } else if let Some(v) = line.strip_prefix("uname-v: ") {
+                report.uname_v = Some(v.trim().to_string());
+            } else if let Some(v) = line.strip_prefix("config: ") {
+                if v.trim() == "absent" {
+                    absent = true;
+                } else {
+                    config.push(v.trim().to_string());
+                }
+            }
+        }
+        report.config = (!absent).then_some(config);
+    }
+    if let Some(start) = text.find(JITTER_BEGIN) {
+        let after = &text[start + JITTER_BEGIN.len()..];
+        report.jitter = Some(match after.find(JITTER_END) {
+            None => JitterOutcome::Truncated {
+                reason: "the report's end marker never came".into(),
+            },
+            Some(end) => {
+                let body = &after[..end];
+                let exit = after[end + JITTER_END.len()..]
+                    .lines()
+                    .next()
+                    .and_then(|l| l.trim().strip_prefix("exit="))
+                    .and_then(|n| n.trim().parse().ok());
+                let json = body.find('{').map(|open| &body[open..]).unwrap_or_default();
+                match serde_json::from_str(json.trim()) {
+                    Ok(report) => JitterOutcome::Complete { exit, report },
+                    Err(e) => JitterOutcome::Truncated {
+                        reason: format!("the JSON report does not parse: {e}"),
+                    },
+                }
+            }
+        });
+    }
+    report
+}
+
+fn between<'a>(text: &'a str, begin: &str, end: &str) -> Option<&'a str> {
+    let start = text.find(begin)? + begin.len();
+    let stop = text[start..].find(end)? + start;
+    Some(&text[start..stop])
+}
+
+/// Boot evidence from the console: the booted kernel's UTS_VERSION and config.
+pub fn evidence(console: &ConsoleReport) -> Evidence {
+    match &console.uname_v {
+        Some(uname) => {
+            let config = console.config.as_ref().map(|lines| lines.join("\n") + "\n");
+            let mut evidence = rtcheck::evidence::check_running_kernel(uname, config.as_deref());
+            evidence.release = console.release.clone();
+            evidence
+        }
+        None => {
+            let mut evidence = Evidence::default();
+            let missing = "the guest never printed the kernel evidence on the console";
+            evidence.record(rtcheck::Check::fail(rtcheck::evidence::id::BOOT_UNAME, missing));
+            evidence.record(rtcheck::Check::fail(rtcheck::evidence::id::BOOT_CONFIG, missing));
+            evidence
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct BootOutput {
+    pub iso_sha256: String,
+    pub accel: Accel,
+    pub firmware: String,
+    pub console_log: PathBuf,
+    pub evidence: Evidence,
+    pub seconds_to_banner: Option<f64>,
+    pub seconds_total: f64,
+    pub console: ConsoleReport,
+    /// Latency figures are functional only under emulation.
+    pub functional_only: bool,
+}
+
+/// Kills QEMU on every exit path.
+struct Guest(Child);
+
+impl Drop for Guest {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
+const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
+
+/// The QEMU command line (pure apart from naming the firmware files).
+pub fn qemu_args(iso: &Path, console_log: &Path, options: &BootOptions, vars: Option<&Path>) -> Vec<String> {
+    let mut args: Vec<String> = vec![
+        "-accel".into(),
+        match options.accel {
+            Accel::Tcg => "tcg".into(),
+            Accel::Kvm => "kvm".into(),
+        },
+        "-m".into(),
+        "1536".into(),
+        "-smp".into(),
+        "2".into(),
+        "-display".into(),
+        "none".into(),
+        "-monitor".into(),
+        "none".into(),
+        "-no-reboot".into(),
+        "-serial".into(),
+        format!("file:{}", console_log.display()),
+        "-cdrom".into(),
+        iso.display().to_string(),
+        "-netdev".into(),
+        "user,id=n0".into(),
+        "-device".into(),
+        "virtio-net-pci,netdev=n0".into(),
+    ];
+    if options.accel == Accel::Kvm {
+        args.extend(["-cpu".into(), "host".into()]);
+    }
+    let extra = match options.jitter {
+        Some(seconds) => format!("jitter.auto={seconds}"),
+        None => "imgbuild.check".to_string(),
+    };
+    args.extend(["-smbios".into(), format!("type=11,value=imgbuild:{extra}")]);
+    if let Some(vars) = vars {
+        args.extend([
+            "-machine".into(),
+            "q35".into(),
+            "-drive".into(),
+            format!("if=pflash,format=raw,readonly=on,file={OVMF_CODE}"),
+            "-drive".into(),
+            format!("if=pflash,format=raw,file={}", vars.display()),
+        ]);
+    }
+    args
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    tool::tail_lines(&text.replace('\r', ""), lines)
+}
+
+/// Boots `iso` and returns the evidence; the console goes to `console_log`.
+pub fn boot(
+    iso: &Path,
+    iso_sha256: &str,
+    options: &BootOptions,
+    console_log: &Path,
+    ui: &Ui,
+) -> Result<BootOutput> {
+    tool::require("qemu-system-x86_64")?;
+    let workdir = tempfile::tempdir().context("creating a temp dir for the firmware variables")?;
+    let vars = if options.uefi {
+        if !Path::new(OVMF_CODE).is_file() || !Path::new(OVMF_VARS).is_file() {
+            return Err(crate::error::MissingTool {
+                tool: OVMF_CODE.into(),
+                package: "ovmf".into(),
+            }
+            .into());
+        }
+        // The code and vars files must be the matching 4M pair, and the vars writable.
+        let copy = workdir.path().join("OVMF_VARS_4M.fd");
+        std::fs::copy(OVMF_VARS, &copy).context("copying the OVMF variables")?;
+        Some(copy)
+    } else {
+        None
+    };
+    let _ = std::fs::remove_file(console_log);
+    std::fs::write(console_log, b"")?;
+    let args = qemu_args(iso, console_log, options, vars.as_deref());
+    let qemu_log = console_log.with_extension("qemu.log");
+    let started = Instant::now();
+    let mut qemu = tool::command("qemu-system-x86_64")?;
+    let child = tool::die_with_parent(&mut qemu)
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&qemu_log)?)
+        .stderr(std::fs::File::create(qemu_log.with_extension("stderr"))?)
+        .spawn()
+        .context("starting QEMU")?;
+    let mut guest = Guest(child);
+    ui.note(format!(
+        "qemu-system-x86_64 {} (console: {})",
+        args.join(" "),
+        console_log.display()
+    ));
+    let spinner = ui.spinner("booting");
+    let mut seconds_to_banner = None;
+    let mut seen_lines = 0;
+    let status = loop {
+        let text = std::fs::read_to_string(console_log).unwrap_or_default();
+        let lines = text.lines().count();
+        if lines != seen_lines {
+            seen_lines = lines;
+            if let Some(last) = text.lines().rev().find(|l| !l.trim().is_empty()) {
+                spinner.set_message(last.chars().take(70).collect::<String>());
+            }
+        }
+        if seconds_to_banner.is_none() && text.contains(BANNER) {
+            seconds_to_banner = Some(started.elapsed().as_secs_f64());
+        }
+        if let Some(status) = guest.0.try_wait()? {
+            break status;
+        }
+        if started.elapsed() > options.timeout {
+            spinner.finish_and_clear();
+            bail!(
+                "the guest did not finish within {} s; last console lines ({}):\n{}",
+                options.timeout.as_secs(),
+                console_log.display(),
+                tail(&text, 25)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    spinner.finish_and_clear();
+    drop(guest);
+    let text = std::fs::read_to_string(console_log).unwrap_or_default();
+    let console = parse_console(&text);
+    if !status.success() {
+        let stderr = std::fs::read_to_string(qemu_log.with_extension("stderr")).unwrap_or_default();
+        bail!(
+            "QEMU exited with {status}: {}\nlast console lines ({}):\n{}",
+            stderr.trim(),
+            console_log.display(),
+            tail(&text, 25)
+        );
+    }
+    let finished = if options.jitter.is_some() {
+        console.jitter.is_some()
+    } else {
+        console.check_done
+    };
+    if console.uname_v.is_none() || !finished {
+        bail!(
+            "the guest powered off before reporting; last console lines ({}):\n{}",
+            console_log.display(),
+            tail(&text, 25)
+        );
+    }
+    let evidence = evidence(&console);
+    Ok(BootOutput {
+        iso_sha256: iso_sha256.to_string(),
+        accel: options.accel,
+        firmware: if options.uefi {
+            "uefi".into()
+        } else {
+            "bios".into()
+        },
+        console_log: console_log.to_path_buf(),
+        evidence,
+        seconds_to_banner,
+        seconds_total: started.elapsed().as_secs_f64(),
+        console,
+        functional_only: options.accel == Accel::Tcg,
+    })
+}
+
+/// Human summary of a boot.
+pub fn render(output: &BootOutput) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "booted {} ({}, {:?})",
+        output.console.release.as_deref().unwrap_or("?"),
+        output.firmware,
+        output.accel
+    );
+    let _ = writeln!(
+        out,
+        "uname -v: {}",
+        output.console.uname_v.as_deref().unwrap_or("?")
+    );
+    for check in &output.evidence.checks {
+        let _ = writeln!(out, "{check}");
+    }
+    if let Some(s) = output.seconds_to_banner {
+        let _ = writeln!(
+            out,
+            "banner after {s:.1} s; guest done after {:.1} s",
+            output.seconds_total
+        );
+    }
+    match &output.console.jitter {
+        Some(JitterOutcome::Complete { exit, report }) => {
+            let verdict = report["assessment"]["verdict"].as_str().unwrap_or("?");
+            let worst = report["assessment"]["worst_us"].as_u64().unwrap_or(0);
+            let _ = writeln!(
+                out,
+                "jitter: {verdict} (exit {}), worst case {worst} us",
+                exit.map_or("?".into(), |e| e.to_string())
+            );
+            for reason in report["assessment"]["reasons"].as_array().into_iter().flatten() {
+                let _ = writeln!(
+                    out,
+                    "  - {}: {}",
+                    reason["code"].as_str().unwrap_or("?"),
+                    reason["detail"].as_str().unwrap_or("")
+                );
+            }
+            if output.functional_only {
+                let _ = writeln!(
+                    out,
+                    "note: under TCG emulation latency figures are functional only; INVALID (hypervisor) is expected"
+                );
+            }
+        }
+        Some(JitterOutcome::Truncated { reason }) => {
+            let _ = writeln!(out, "jitter: report truncated ({reason})");
+        }
+        None => {}
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONSOLE: &str = "SeaBIOS\r\n[    0.000000] Linux version 6.12.117\r\n===IMGBUILD-KERNEL-BEGIN===\r\nrelease: 6.12.117\r\nuname-v: #1 SMP PREEMPT_RT Sun Nov 30 00:00:00 UTC 2025\r\ncmdline: console=ttyS0\r\n[    3.1] random: crng init done\r\nconfig: CONFIG_PREEMPT_RT=y\r\nconfig: CONFIG_IKCONFIG_PROC=y\r\n===IMGBUILD-KERNEL-END===\r\n EmberRTOS live validation image (x)\r\n";
+
+    #[test]
+    fn reads_kernel_evidence_between_markers() {
+        let console = parse_console(CONSOLE);
+        assert_eq!(console.release.as_deref(), Some("6.12.117"));
+        assert_eq!(
+            console.uname_v.as_deref(),
+            Some("#1 SMP PREEMPT_RT Sun Nov 30 00:00:00 UTC 2025")
+        );
+        assert_eq!(console.config.as_ref().unwrap().len(), 2);
+        assert!(console.banner);
+        let evidence = evidence(&console);
+        assert!(evidence.all_passed(&[
+            rtcheck::evidence::id::BOOT_UNAME,
+            rtcheck::evidence::id::BOOT_CONFIG
+        ]));
+    }
+
+    #[test]
+    fn generic_kernel_and_missing_config_fail() {
+        let generic = CONSOLE
+            .replace("PREEMPT_RT Sun", "PREEMPT_DYNAMIC Sun")
+            .replace("CONFIG_PREEMPT_RT=y", "# CONFIG_PREEMPT_RT is not set");
+        let generic_evidence = evidence(&parse_console(&generic));
+        assert_eq!(generic_evidence.failures().count(), 2);
+        let no_config = CONSOLE.replace(
+            "config: CONFIG_PREEMPT_RT=y\r\nconfig: CONFIG_IKCONFIG_PROC=y",
+            "config: absent",
+        );
+        let console = parse_console(&no_config);
+        assert_eq!(console.config, None);
+        let without_config = evidence(&console);
+        assert!(!without_config.all_passed(&[rtcheck::evidence::id::BOOT_CONFIG]));
+        let nothing = evidence_of_nothing();
+        assert_eq!(nothing.failures().count(), 2);
+    }
+
+    fn evidence_of_nothing() -> Evidence {
+        evidence(&parse_console("[    0.0] Kernel panic - not syncing"))
+    }
+
+    #[test]
+    fn jitter_report_complete_and_truncated() {
+        let done = format!(
+            "{CONSOLE}===JITTER-REPORT-BEGIN===\r\n{{\"assessment\": {{\"verdict\": \"INVALID\"}}}}\r\n===JITTER-REPORT-END=== exit=4\r\n"
+        );
+        match parse_console(&done).jitter {
+            Some(JitterOutcome::Complete { exit, report }) => {
+                assert_eq!(exit, Some(4));
+                assert_eq!(report["assessment"]["verdict"], "INVALID");
+            }
+            other => panic!("{other:?}"),
+        }
+        let cut = format!("{CONSOLE}===JITTER-REPORT-BEGIN===\r\n{{\"assessment\": {{\"verd");
+        assert!(matches!(
+            parse_console(&cut).jitter,
+            Some(JitterOutcome::Truncated { .. })
+        ));
+        let garbled = format!(
+            "{CONSOLE}===JITTER-REPORT-BEGIN===\r\n{{\"a\": [1, 2\r\n===JITTER-REPORT-END=== exit=4\r\n"
+        );
+        match parse_console(&garbled).jitter {
+            Some(JitterOutcome::Truncated { reason }) => assert!(reason.contains("does not parse")),
+            other => panic!("{other:?}"),
+        }
+        assert!(parse_console(CONSOLE).jitter.is_none());
+    }
+
+    #[test]
+    fn qemu_command() {
+        let options = BootOptions {
+            accel: Accel::Tcg,
+            timeout: Duration::from_secs(1),
+            jitter: Some(5),
+            uefi: false,
+        };
+        let args = qemu_args(Path::new("/x.iso"), Path::new("/c.log"), &options, None);
+        let joined = args.join(" ");
+        assert!(joined.contains("-accel tcg"));
+        assert!(joined.contains("-cdrom /x.iso"));
+        assert!(joined.contains("-serial file:/c.log"));
+        assert!(joined.contains("-smbios type=11,value=imgbuild:jitter.auto=5"));
+        assert!(!joined.contains("pflash"));
+        let uefi = BootOptions {
+            uefi: true,
+            jitter: None,
+            accel: Accel::Kvm,
+            ..options
+        };
+        let joined = qemu_args(
+            Path::new("/x.iso"),
+            Path::new("/c.log"),
+            &uefi,
+            Some(Path::new("/v.fd")),
+        )
+        .join(" ");
+        assert!(joined.contains("-machine q35"));
+        assert!(joined.contains("file=/usr/share/OVMF/OVMF_CODE_4M.fd"));
+        assert!(joined.contains("if=pflash,format=raw,file=/v.fd"));
+        assert!(joined.contains("imgbuild:imgbuild.check"));
+        assert!(joined.contains("-accel kvm -m") || joined.contains("-cpu host"));
+    }
+}

@@ -1,0 +1,13 @@
+//! jitter: qualifies RT hardware by measuring worst-case wake-up latency with
+//! cyclictest on the RT CPUs while the housekeeping CPUs are saturated, then
+//! gives a verdict: PASS, FAIL, or INVALID with the reasons the measurement
+//! cannot be trusted.
+
+pub mod cli;
+pub mod cpus;
+pub mod cyclictest;
+pub mod load;
+pub mod report;
+pub mod run;
+pub mod system;
+pub mod verdict;

@@ -1,0 +1,397 @@
+//! One measurement: pick the CPUs, start the load, run cyclictest, stop the
+//! load, assess, report.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+use crate::cpus::{CpuSet, isolated_by_cmdline};
+use crate::cyclictest::{self, RunParams};
+use crate::load::{Load, pin_current_thread};
+use crate::report::{CoreStats, KernelInfo, Report, RunInfo, SCHEMA, Tuning};
+use crate::system::{SystemState, read_system};
+use crate::verdict::{self, LoadReport};
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub duration_s: u64,
+    pub budget_us: u64,
+    pub rt_cpus: Option<CpuSet>,
+    pub housekeeping: Option<CpuSet>,
+    pub interval_us: u32,
+    pub priority: u32,
+    pub no_load: bool,
+    pub histogram_max_us: u32,
+}
+
+/// A program jitter needs that is not installed.
+#[derive(Debug, thiserror::Error)]
+#[error("`{0}` is not installed: install the Debian package rt-tests (apt-get install rt-tests)")]
+pub struct MissingRtTests(pub String);
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+fn install_signal_handlers() {
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
+}
+
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
+}
+
+/// RT CPUs: the option, else what the command line isolates, else all but
+/// CPU 0. Housekeeping: the option, else the other online CPUs.
+pub fn choose_cpus(options: &Options, system: &SystemState) -> Result<(CpuSet, CpuSet)> {
+    let online = if system.online.is_empty() {
+        CpuSet::parse("0").expect("valid")
+    } else {
+        system.online.clone()
+    };
+    let rt = match &options.rt_cpus {
+        Some(set) => set.clone(),
+        None => {
+            let isolated = isolated_by_cmdline(&system.cmdline);
+            if isolated.is_empty() {
+                online.difference(&CpuSet::parse("0").expect("valid"))
+            } else {
+                isolated
+            }
+        }
+    };
+    let housekeeping = options
+        .housekeeping
+        .clone()
+        .unwrap_or_else(|| online.difference(&rt));
+    if rt.is_empty() {
+        bail!(
+            "no RT CPUs to measure (this system has {} online CPU(s)); pass --rt-cpus",
+            online.len()
+        );
+    }
+    if housekeeping.is_empty() {
+        bail!("no housekeeping CPU left for the load and cyclictest's main thread; pass --housekeeping");
+    }
+    if !rt.intersection(&housekeeping).is_empty() {
+        bail!("--rt-cpus {rt} and --housekeeping {housekeeping} overlap");
+    }
+    for (name, set) in [("--rt-cpus", &rt), ("--housekeeping", &housekeeping)] {
+        let offline = set.difference(&online);
+        if !offline.is_empty() {
+            bail!("{name}: CPUs {offline} are not online (online: {online})");
+        }
+    }
+    Ok((rt, housekeeping))
+}
+
+/// Waits until every CPU runs its hrtimers in high-resolution mode: for about
+/// a second after boot they may not yet, and cyclictest would then measure
+/// jiffies.
+fn wait_for_hres(timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let text = std::fs::read_to_string("/proc/timer_list").unwrap_or_default();
+        let total = text.matches(".hres_active").count();
+        let active = text
+            .lines()
+            .filter(|l| l.trim().starts_with(".hres_active") && l.trim().ends_with('1'))
+            .count();
+        if total > 0 && total == active {
+            return true;
+        }
+        if total == 0 || Instant::now() >= deadline {
+            return total > 0 && total == active;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+struct CyclictestOutput {
+    stdout: String,
+    json: Option<String>,
+}
+
+fn run_cyclictest(
+    args: &[String],
+    json_file: Option<&Path>,
+    housekeeping: &CpuSet,
+) -> Result<CyclictestOutput> {
+    // Pin ourselves (and so cyclictest's start-up) to the housekeeping CPUs.
+    let _ = pin_current_thread(housekeeping);
+    let mut child = Command::new("cyclictest")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => anyhow::Error::new(MissingRtTests("cyclictest".into())),
+            _ => anyhow::Error::new(e).context("starting cyclictest"),
+        })?;
+    let mut stdout_pipe = child.stdout.take().expect("piped");
+    let mut stderr_pipe = child.stderr.take().expect("piped");
+    let out_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stdout_pipe.read_to_string(&mut s);
+        s
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr_pipe.read_to_string(&mut s);
+        s
+    });
+    let mut forwarded = false;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if INTERRUPTED.load(Ordering::SeqCst) && !forwarded {
+            // cyclictest prints its results when interrupted.
+            // SAFETY: signals our own child.
+            unsafe {
+                libc::kill(child.id() as i32, libc::SIGINT);
+            }
+            forwarded = true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let stdout = out_reader.join().unwrap_or_default();
+    let stderr = err_reader.join().unwrap_or_default();
+    let lower = stderr.to_lowercase();
+    if lower.contains("mlockall")
+        || lower.contains("unable to change scheduling policy")
+        || lower.contains("permission denied")
+    {
+        bail!(
+            "cyclictest could not lock memory or get RT priority: {}\n\
+             hint: run as root on the target (not in an unprivileged container), with RLIMIT_RTPRIO and RLIMIT_MEMLOCK unlimited",
+            stderr.trim()
+        );
+    }
+    if !status.success() && !forwarded {
+        bail!("cyclictest failed ({status}): {}", stderr.trim());
+    }
+    let json = json_file.and_then(|f| std::fs::read_to_string(f).ok());
+    Ok(CyclictestOutput { stdout, json })
+}
+
+fn supports_json() -> bool {
+    Command::new("cyclictest")
+        .arg("--help")
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout).contains("--json")
+                || String::from_utf8_lossy(&o.stderr).contains("--json")
+        })
+        .unwrap_or(false)
+}
+
+/// Runs the whole measurement.
+pub fn run(options: &Options) -> Result<Report> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!(
+            "jitter must run as root: cyclictest needs SCHED_FIFO priority {} and mlockall",
+            options.priority
+        );
+    }
+    if !on_path("cyclictest") {
+        return Err(MissingRtTests("cyclictest".into()).into());
+    }
+    if !options.no_load && !on_path("hackbench") {
+        return Err(MissingRtTests("hackbench".into()).into());
+    }
+    if options.duration_s == 0 {
+        bail!("the duration must be at least 1 second");
+    }
+    install_signal_handlers();
+    let system = read_system(Path::new("/"));
+    let (rt_cpus, housekeeping) = choose_cpus(options, &system)?;
+    if !wait_for_hres(Duration::from_secs(15)) {
+        eprintln!("jitter: warning: high-resolution timers are not active on every CPU");
+    }
+    let params = RunParams {
+        duration_s: options.duration_s,
+        interval_us: options.interval_us,
+        priority: options.priority,
+        rt_cpus: rt_cpus.clone(),
+        housekeeping: housekeeping.clone(),
+        histogram_max_us: options.histogram_max_us,
+    };
+    let json_file: Option<PathBuf> = supports_json()
+        .then(|| std::env::temp_dir().join(format!("jitter-cyclictest-{}.json", std::process::id())));
+    let args = cyclictest::arguments(&params, json_file.as_deref());
+    let load_text = if options.no_load {
+        "no load".to_string()
+    } else {
+        format!("load on CPUs {housekeeping}")
+    };
+    eprintln!(
+        "jitter: measuring CPUs {rt_cpus} for {} s ({load_text}): cyclictest {}",
+        options.duration_s,
+        args.join(" ")
+    );
+
+    let load = if options.no_load {
+        None
+    } else {
+        Some(Load::start(&housekeeping).context("starting the load")?)
+    };
+    let measured = run_cyclictest(&args, json_file.as_deref(), &housekeeping);
+    let load_report = match load {
+        Some(load) => {
+            if let Some(error) = load.last_error() {
+                eprintln!("jitter: load: {error}");
+            }
+            load.stop()
+        }
+        None => LoadReport {
+            cpus: housekeeping.clone(),
+            ..LoadReport::default()
+        },
+    };
+    if let Some(file) = &json_file {
+        let _ = std::fs::remove_file(file);
+    }
+    let measured = measured?;
+    let text = cyclictest::parse_histogram(&measured.stdout).context("parsing cyclictest's histogram")?;
+    let json = measured
+        .json
+        .as_deref()
+        .map(cyclictest::parse_json)
+        .transpose()
+        .context("parsing cyclictest's JSON")?;
+    let threads = cyclictest::combine(text, json, &rt_cpus);
+
+    let cmdline_isolated = isolated_by_cmdline(&system.cmdline);
+    let assessment = verdict::assess(&verdict::Inputs {
+        kernel: &system.kernel,
+        rt_cpus: &rt_cpus,
+        cmdline_isolated: &cmdline_isolated,
+        sysfs_isolated: &system.isolated,
+        irqs: &system.irqs,
+        governors: &system.governors,
+        hypervisor: system.hypervisor.as_deref(),
+        threads: &threads,
+        duration_s: options.duration_s,
+        interval_us: options.interval_us,
+        budget_us: options.budget_us,
+        load: &load_report,
+    });
+    let irqs_on_rt_cpus = system
+        .irqs
+        .iter()
+        .filter(|i| !i.effective.intersection(&rt_cpus).is_empty())
+        .cloned()
+        .collect();
+    Ok(Report {
+        schema: SCHEMA.into(),
+        jitter_version: env!("CARGO_PKG_VERSION").into(),
+        kernel: KernelInfo {
+            release: system.release.clone(),
+            uts_version: system.uts_version.clone(),
+            preempt_rt: system.kernel.failures().next().is_none()
+                && system
+                    .kernel
+                    .get(rtcheck::evidence::id::BOOT_UNAME)
+                    .is_some_and(|c| c.status == rtcheck::Status::Pass),
+            evidence: system.kernel.clone(),
+        },
+        cmdline: system.cmdline.clone(),
+        tuning: Tuning {
+            rt_cpus,
+            housekeeping,
+            cmdline_isolated,
+            sysfs_isolated: system.isolated.clone(),
+            nohz_full: system.nohz_full.clone(),
+            irqs_on_rt_cpus,
+            governors: system.governors.clone(),
+            hypervisor: system.hypervisor.clone(),
+        },
+        run: RunInfo {
+            duration_s: options.duration_s,
+            interval_us: options.interval_us,
+            priority: options.priority,
+            budget_us: options.budget_us,
+            histogram_max_us: options.histogram_max_us,
+            cyclictest_args: args,
+            load: load_report,
+            functional_only: system.hypervisor.is_some(),
+        },
+        cores: threads.iter().map(CoreStats::from).collect(),
+        assessment,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options() -> Options {
+        Options {
+            duration_s: 1,
+            budget_us: 100,
+            rt_cpus: None,
+            housekeeping: None,
+            interval_us: 200,
+            priority: 99,
+            no_load: false,
+            histogram_max_us: 1000,
+        }
+    }
+
+    fn system(online: &str, cmdline: &str) -> SystemState {
+        SystemState {
+            online: CpuSet::parse(online).unwrap(),
+            cmdline: cmdline.into(),
+            ..SystemState::default()
+        }
+    }
+
+    #[test]
+    fn cpu_defaults() {
+        let (rt, hk) = choose_cpus(&options(), &system("0-3", "isolcpus=managed_irq,domain,2-3")).unwrap();
+        assert_eq!((rt.to_string(), hk.to_string()), ("2-3".into(), "0-1".into()));
+        let (rt, hk) = choose_cpus(&options(), &system("0-3", "quiet")).unwrap();
+        assert_eq!((rt.to_string(), hk.to_string()), ("1-3".into(), "0".into()));
+        let mut explicit = options();
+        explicit.rt_cpus = Some(CpuSet::parse("1").unwrap());
+        explicit.housekeeping = Some(CpuSet::parse("0").unwrap());
+        let (rt, hk) = choose_cpus(&explicit, &system("0-3", "")).unwrap();
+        assert_eq!((rt.to_string(), hk.to_string()), ("1".into(), "0".into()));
+    }
+
+    #[test]
+    fn cpu_errors() {
+        assert!(choose_cpus(&options(), &system("0", "")).is_err());
+        let mut overlap = options();
+        overlap.rt_cpus = Some(CpuSet::parse("0-1").unwrap());
+        overlap.housekeeping = Some(CpuSet::parse("1").unwrap());
+        assert!(
+            choose_cpus(&overlap, &system("0-3", ""))
+                .unwrap_err()
+                .to_string()
+                .contains("overlap")
+        );
+        let mut offline = options();
+        offline.rt_cpus = Some(CpuSet::parse("7").unwrap());
+        assert!(
+            choose_cpus(&offline, &system("0-3", ""))
+                .unwrap_err()
+                .to_string()
+                .contains("not online")
+        );
+    }
+}

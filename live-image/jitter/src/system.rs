@@ -1,0 +1,126 @@
+//! What the running system says about its own RT readiness. Every path is
+//! read below a root (normally `/`), so tests can point it at a fake tree.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use rtcheck::Evidence;
+use serde::{Deserialize, Serialize};
+
+use crate::cpus::CpuSet;
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Irq {
+    pub irq: String,
+    pub effective: CpuSet,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SystemState {
+    pub release: String,
+    pub uts_version: String,
+    /// PREEMPT_RT evidence from `uname -v` and `/proc/config.gz`.
+    pub kernel: Evidence,
+    pub cmdline: String,
+    pub online: CpuSet,
+    /// `/sys/devices/system/cpu/isolated`: what the kernel really isolated.
+    pub isolated: CpuSet,
+    pub nohz_full: CpuSet,
+    pub irqs: Vec<Irq>,
+    /// Governor per CPU; `None` when the CPU has no cpufreq.
+    pub governors: BTreeMap<u32, Option<String>>,
+    /// Why this looks like a virtual machine, if it does.
+    pub hypervisor: Option<String>,
+}
+
+fn read(root: &Path, path: &str) -> Option<String> {
+    std::fs::read_to_string(root.join(path.trim_start_matches('/'))).ok()
+}
+
+fn read_list(root: &Path, path: &str) -> CpuSet {
+    read(root, path)
+        .and_then(|t| CpuSet::parse(&t).ok())
+        .unwrap_or_default()
+}
+
+/// Reads the system below `root`.
+pub fn read_system(root: &Path) -> SystemState {
+    let uts_version = read(root, "/proc/sys/kernel/version")
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    let proc_config = std::fs::read(root.join("proc/config.gz"))
+        .ok()
+        .and_then(|gz| rtcheck::ikconfig::gunzip_text(&gz).ok());
+    let kernel = rtcheck::evidence::check_running_kernel(&uts_version, proc_config.as_deref());
+    let online = read_list(root, "/sys/devices/system/cpu/online");
+    let mut irqs = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(root.join("proc/irq")) {
+        let mut dirs: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        dirs.sort();
+        for dir in dirs {
+            let Some(effective) = std::fs::read_to_string(dir.join("effective_affinity_list"))
+                .ok()
+                .and_then(|t| CpuSet::parse(&t).ok())
+            else {
+                continue;
+            };
+            let irq = dir.file_name().unwrap_or_default().to_string_lossy().into_owned();
+            irqs.push(Irq { irq, effective });
+        }
+    }
+    let governors = online
+        .iter()
+        .map(|cpu| {
+            let governor = read(
+                root,
+                &format!("/sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_governor"),
+            )
+            .map(|g| g.trim().to_string());
+            (cpu, governor)
+        })
+        .collect();
+    SystemState {
+        release: read(root, "/proc/sys/kernel/osrelease")
+            .unwrap_or_default()
+            .trim()
+            .to_string(),
+        uts_version,
+        kernel,
+        cmdline: read(root, "/proc/cmdline").unwrap_or_default().trim().to_string(),
+        online,
+        isolated: read_list(root, "/sys/devices/system/cpu/isolated"),
+        nohz_full: read_list(root, "/sys/devices/system/cpu/nohz_full"),
+        irqs,
+        governors,
+        hypervisor: hypervisor(root),
+    }
+}
+
+/// The CPUID hypervisor bit (as `/proc/cpuinfo` shows it), `/sys/hypervisor`,
+/// and `systemd-detect-virt` when it is installed.
+fn hypervisor(root: &Path) -> Option<String> {
+    let mut signs = Vec::new();
+    if read(root, "/proc/cpuinfo").is_some_and(|info| {
+        info.lines()
+            .filter(|l| l.starts_with("flags"))
+            .any(|l| l.split_whitespace().any(|flag| flag == "hypervisor"))
+    }) {
+        signs.push("CPUID hypervisor bit set".to_string());
+    }
+    if let Some(kind) = read(root, "/sys/hypervisor/type")
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty())
+    {
+        signs.push(format!("/sys/hypervisor/type is {kind}"));
+    }
+    if root == Path::new("/")
+        && let Ok(output) = std::process::Command::new("systemd-detect-virt").output()
+    {
+        let virt = String::from_utf8_lossy(&output.stdout).trim().to_string();
+        if output.status.success() && !virt.is_empty() && virt != "none" {
+            signs.push(format!("systemd-detect-virt says {virt}"));
+        }
+    }
+    (!signs.is_empty()).then(|| signs.join("; "))
+}

@@ -1,0 +1,426 @@
+//! The verdict: PASS, FAIL or INVALID, with every reason a measurement
+//! cannot be trusted. Pure: everything it needs is passed in.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use rtcheck::Evidence;
+use serde::{Deserialize, Serialize};
+
+use crate::cpus::CpuSet;
+use crate::cyclictest::ThreadResult;
+use crate::system::Irq;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Verdict {
+    Pass,
+    Fail,
+    Invalid,
+}
+
+impl Verdict {
+    /// 0 PASS, 3 FAIL, 4 INVALID (1 and 2 are errors and usage).
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Verdict::Pass => 0,
+            Verdict::Fail => 3,
+            Verdict::Invalid => 4,
+        }
+    }
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Verdict::Pass => "PASS",
+            Verdict::Fail => "FAIL",
+            Verdict::Invalid => "INVALID",
+        })
+    }
+}
+
+/// Why a measurement cannot be trusted. The codes are part of the JSON schema.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReasonCode {
+    NotPreemptRt,
+    NotIsolated,
+    IrqsOnRtCpus,
+    GovernorNotPerformance,
+    Hypervisor,
+    TooFewSamples,
+    LoadDidNotRun,
+    HistogramOverflow,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reason {
+    pub code: ReasonCode,
+    pub detail: String,
+}
+
+/// What the load generator did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoadReport {
+    pub enabled: bool,
+    pub hackbench_runs: u64,
+    pub hackbench_failures: u64,
+    pub burner_threads: u32,
+    pub io_bytes: u64,
+    pub cpus: CpuSet,
+}
+
+impl LoadReport {
+    /// `None` when the load ran as intended, else why not.
+    pub fn problem(&self) -> Option<String> {
+        if !self.enabled {
+            return Some(
+                "load disabled (--no-load): an idle system says nothing about the worst case".into(),
+            );
+        }
+        let mut problems = Vec::new();
+        if self.hackbench_runs == 0 {
+            problems.push("hackbench never ran".to_string());
+        }
+        if self.hackbench_failures > 0 {
+            problems.push(format!("hackbench failed {} times", self.hackbench_failures));
+        }
+        if self.burner_threads == 0 {
+            problems.push("no CPU burner ran".to_string());
+        }
+        if self.io_bytes == 0 {
+            problems.push("the I/O writer wrote nothing".to_string());
+        }
+        (!problems.is_empty()).then(|| problems.join("; "))
+    }
+}
+
+pub struct Inputs<'a> {
+    pub kernel: &'a Evidence,
+    pub rt_cpus: &'a CpuSet,
+    /// CPUs the command line isolates (isolcpus + nohz_full).
+    pub cmdline_isolated: &'a CpuSet,
+    /// `/sys/devices/system/cpu/isolated`.
+    pub sysfs_isolated: &'a CpuSet,
+    pub irqs: &'a [Irq],
+    pub governors: &'a BTreeMap<u32, Option<String>>,
+    pub hypervisor: Option<&'a str>,
+    pub threads: &'a [ThreadResult],
+    pub duration_s: u64,
+    pub interval_us: u32,
+    pub budget_us: u64,
+    pub load: &'a LoadReport,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Assessment {
+    pub verdict: Verdict,
+    pub reasons: Vec<Reason>,
+    pub worst_cpu: Option<u32>,
+    pub worst_us: u64,
+    /// Samples each core needed (95% of duration / interval).
+    pub samples_needed: u64,
+}
+
+/// Samples a core must deliver: 95% of what the duration and interval allow.
+pub fn samples_needed(duration_s: u64, interval_us: u32) -> u64 {
+    (duration_s as f64 * 1e6 / interval_us.max(1) as f64 * 0.95).floor() as u64
+}
+
+pub fn assess(inputs: &Inputs) -> Assessment {
+    let mut reasons = Vec::new();
+    let mut add = |code, detail: String| reasons.push(Reason { code, detail });
+
+    let kernel_failures: Vec<String> = inputs
+        .kernel
+        .failures()
+        .map(|c| format!("{}: {}", c.id, c.detail))
+        .collect();
+    let uname_ok = inputs
+        .kernel
+        .get(rtcheck::evidence::id::BOOT_UNAME)
+        .is_some_and(|c| c.status == rtcheck::Status::Pass);
+    if !kernel_failures.is_empty() || !uname_ok {
+        let detail = if kernel_failures.is_empty() {
+            "no PREEMPT_RT evidence".to_string()
+        } else {
+            kernel_failures.join("; ")
+        };
+        add(
+            ReasonCode::NotPreemptRt,
+            format!("the kernel is not PREEMPT_RT ({detail})"),
+        );
+    }
+
+    let not_on_cmdline = inputs.rt_cpus.difference(inputs.cmdline_isolated);
+    let not_in_sysfs = inputs.rt_cpus.difference(inputs.sysfs_isolated);
+    if !not_on_cmdline.is_empty() || !not_in_sysfs.is_empty() {
+        let mut parts = Vec::new();
+        if !not_on_cmdline.is_empty() {
+            parts.push(format!(
+                "CPUs {not_on_cmdline} are not in isolcpus/nohz_full on the command line"
+            ));
+        }
+        if !not_in_sysfs.is_empty() {
+            parts.push(format!(
+                "CPUs {not_in_sysfs} are not in /sys/devices/system/cpu/isolated"
+            ));
+        }
+        add(ReasonCode::NotIsolated, parts.join("; "));
+    }
+
+    let on_rt: Vec<String> = inputs
+        .irqs
+        .iter()
+        .filter(|irq| !irq.effective.intersection(inputs.rt_cpus).is_empty())
+        .map(|irq| format!("{} (cpu {})", irq.irq, irq.effective))
+        .collect();
+    if !on_rt.is_empty() {
+        let shown: Vec<&String> = on_rt.iter().take(8).collect();
+        add(
+            ReasonCode::IrqsOnRtCpus,
+            format!(
+                "{} IRQs may fire on RT CPUs: {}{}",
+                on_rt.len(),
+                shown.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "),
+                if on_rt.len() > 8 { ", ..." } else { "" }
+            ),
+        );
+    }
+
+    let slow: Vec<String> = inputs
+        .rt_cpus
+        .iter()
+        .filter_map(|cpu| match inputs.governors.get(&cpu) {
+            Some(Some(governor)) if governor != "performance" => Some(format!("cpu{cpu}={governor}")),
+            _ => None,
+        })
+        .collect();
+    if !slow.is_empty() {
+        add(
+            ReasonCode::GovernorNotPerformance,
+            format!("cpufreq governor is not performance: {}", slow.join(", ")),
+        );
+    }
+
+    if let Some(why) = inputs.hypervisor {
+        add(
+            ReasonCode::Hypervisor,
+            format!("running under a hypervisor ({why}): latencies are the host's, not this hardware's"),
+        );
+    }
+
+    let needed = samples_needed(inputs.duration_s, inputs.interval_us);
+    let measured: CpuSet = CpuSet(inputs.threads.iter().filter_map(|t| t.cpu).collect());
+    let missing = inputs.rt_cpus.difference(&measured);
+    if !missing.is_empty() {
+        add(
+            ReasonCode::TooFewSamples,
+            format!("CPUs {missing} were not measured"),
+        );
+    }
+    for thread in inputs.threads.iter().filter(|t| t.samples < needed) {
+        add(
+            ReasonCode::TooFewSamples,
+            format!(
+                "cpu{} delivered {} samples, {} needed (95% of {} s at {} us)",
+                thread.cpu.map_or("?".into(), |c| c.to_string()),
+                thread.samples,
+                needed,
+                inputs.duration_s,
+                inputs.interval_us
+            ),
+        );
+    }
+
+    if let Some(problem) = inputs.load.problem() {
+        add(ReasonCode::LoadDidNotRun, problem);
+    }
+
+    let worst = inputs.threads.iter().max_by_key(|t| t.max_us);
+    let worst_us = worst.map_or(0, |t| t.max_us);
+    let overflowed: Vec<String> = inputs
+        .threads
+        .iter()
+        .filter(|t| t.overflows > 0 && t.max_us <= inputs.budget_us)
+        .map(|t| format!("cpu{}", t.cpu.map_or("?".into(), |c| c.to_string())))
+        .collect();
+    if !overflowed.is_empty() {
+        add(
+            ReasonCode::HistogramOverflow,
+            format!(
+                "histogram overflowed on {} within budget; raise --histogram-max",
+                overflowed.join(", ")
+            ),
+        );
+    }
+
+    let verdict = if !reasons.is_empty() {
+        Verdict::Invalid
+    } else if worst_us > inputs.budget_us {
+        Verdict::Fail
+    } else {
+        Verdict::Pass
+    };
+    Assessment {
+        verdict,
+        reasons,
+        worst_cpu: worst.and_then(|t| t.cpu),
+        worst_us,
+        samples_needed: needed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rtcheck::evidence::check_running_kernel;
+
+    struct Case {
+        kernel: Evidence,
+        rt: CpuSet,
+        cmdline: CpuSet,
+        sysfs: CpuSet,
+        irqs: Vec<Irq>,
+        governors: BTreeMap<u32, Option<String>>,
+        hypervisor: Option<&'static str>,
+        threads: Vec<ThreadResult>,
+        load: LoadReport,
+    }
+
+    fn good() -> Case {
+        let rt = CpuSet::parse("1-2").unwrap();
+        Case {
+            kernel: check_running_kernel("#1 SMP PREEMPT_RT x", Some("CONFIG_PREEMPT_RT=y\n")),
+            cmdline: rt.clone(),
+            sysfs: rt.clone(),
+            irqs: vec![Irq {
+                irq: "24".into(),
+                effective: CpuSet::parse("0").unwrap(),
+            }],
+            governors: [(1, Some("performance".to_string())), (2, None)]
+                .into_iter()
+                .collect(),
+            hypervisor: None,
+            threads: (1..=2)
+                .map(|cpu| ThreadResult {
+                    thread: cpu as usize - 1,
+                    cpu: Some(cpu),
+                    samples: 5000,
+                    max_us: 40,
+                    ..Default::default()
+                })
+                .collect(),
+            load: LoadReport {
+                enabled: true,
+                hackbench_runs: 3,
+                hackbench_failures: 0,
+                burner_threads: 1,
+                io_bytes: 1 << 20,
+                cpus: CpuSet::parse("0").unwrap(),
+            },
+            rt,
+        }
+    }
+
+    fn run(case: &Case) -> Assessment {
+        assess(&Inputs {
+            kernel: &case.kernel,
+            rt_cpus: &case.rt,
+            cmdline_isolated: &case.cmdline,
+            sysfs_isolated: &case.sysfs,
+            irqs: &case.irqs,
+            governors: &case.governors,
+            hypervisor: case.hypervisor,
+            threads: &case.threads,
+            duration_s: 1,
+            interval_us: 200,
+            budget_us: 100,
+            load: &case.load,
+        })
+    }
+
+    fn codes(a: &Assessment) -> Vec<ReasonCode> {
+        a.reasons.iter().map(|r| r.code).collect()
+    }
+
+    #[test]
+    fn pass_fail_and_each_invalid_reason() {
+        let pass = run(&good());
+        assert_eq!(pass.verdict, Verdict::Pass, "{pass:?}");
+        assert_eq!(pass.samples_needed, 4750);
+
+        let mut fail = good();
+        fail.threads[1].max_us = 101;
+        let a = run(&fail);
+        assert_eq!(
+            (a.verdict, a.worst_cpu, a.worst_us),
+            (Verdict::Fail, Some(2), 101)
+        );
+
+        type Edit = fn(&mut Case);
+        let cases: Vec<(Edit, ReasonCode)> = vec![
+            (
+                |c| {
+                    c.kernel = check_running_kernel(
+                        "#1 SMP PREEMPT_DYNAMIC x",
+                        Some("# CONFIG_PREEMPT_RT is not set\n"),
+                    )
+                },
+                ReasonCode::NotPreemptRt,
+            ),
+            (
+                |c| c.kernel = check_running_kernel("#1 SMP Mon PREEMPT_RT", None),
+                ReasonCode::NotPreemptRt,
+            ),
+            (|c| c.cmdline = CpuSet::default(), ReasonCode::NotIsolated),
+            (|c| c.sysfs = CpuSet::parse("1").unwrap(), ReasonCode::NotIsolated),
+            (
+                |c| {
+                    c.irqs.push(Irq {
+                        irq: "31".into(),
+                        effective: CpuSet::parse("2").unwrap(),
+                    })
+                },
+                ReasonCode::IrqsOnRtCpus,
+            ),
+            (
+                |c| {
+                    c.governors.insert(1, Some("powersave".into()));
+                },
+                ReasonCode::GovernorNotPerformance,
+            ),
+            (
+                |c| c.hypervisor = Some("CPUID hypervisor bit set"),
+                ReasonCode::Hypervisor,
+            ),
+            (|c| c.threads[0].samples = 100, ReasonCode::TooFewSamples),
+            (
+                |c| {
+                    c.threads.pop();
+                },
+                ReasonCode::TooFewSamples,
+            ),
+            (|c| c.load.hackbench_runs = 0, ReasonCode::LoadDidNotRun),
+            (|c| c.load.enabled = false, ReasonCode::LoadDidNotRun),
+            (|c| c.load.io_bytes = 0, ReasonCode::LoadDidNotRun),
+            (|c| c.threads[0].overflows = 3, ReasonCode::HistogramOverflow),
+        ];
+        for (edit, code) in cases {
+            let mut case = good();
+            edit(&mut case);
+            let a = run(&case);
+            assert_eq!(a.verdict, Verdict::Invalid, "{code:?}: {a:?}");
+            assert_eq!(codes(&a), vec![code], "{a:?}");
+        }
+
+        // INVALID wins over FAIL: an untrusted measurement proves nothing.
+        let mut both = good();
+        both.threads[0].max_us = 5000;
+        both.hypervisor = Some("x");
+        assert_eq!(run(&both).verdict, Verdict::Invalid);
+        assert_eq!(Verdict::Invalid.exit_code(), 4);
+        assert_eq!(Verdict::Fail.exit_code(), 3);
+    }
+}
