@@ -21,15 +21,24 @@ use crate::ui::Ui;
 /// The package list inside the live rootfs directory (not copied into the image).
 pub const PACKAGES_FILE: &str = "packages";
 
-/// Directories a RAM image has no use for.
+/// What a RAM image has no use for. A trailing `*` matches by prefix.
+/// python3 and the full perl come in with rt-tests for hwlatdetect and
+/// friends; cyclictest, hackbench and jitter need neither (perl-base stays).
 const TRIM: &[&str] = &[
     "usr/share/doc",
     "usr/share/man",
     "usr/share/info",
     "usr/share/locale",
+    "usr/share/i18n",
     "usr/share/lintian",
     "usr/share/bash-completion",
     "usr/share/common-licenses",
+    "usr/share/perl",
+    "usr/lib/x86_64-linux-gnu/perl",
+    "usr/lib/x86_64-linux-gnu/libperl.so*",
+    "usr/lib/python3*",
+    "usr/bin/python3*",
+    "usr/bin/hwlatdetect",
     "var/lib/apt/lists",
     "var/cache/apt",
     "var/cache/debconf",
@@ -81,21 +90,49 @@ menuentry "{title}: run jitter 300 and power off" {{
     )
 }
 
+fn bytes_under(path: &Path) -> u64 {
+    walkdir::WalkDir::new(path)
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_file())
+        .map(|e| e.metadata().map(|m| m.len()).unwrap_or(0))
+        .sum()
+}
+
 /// Removes what a RAM image does not need; returns the bytes freed.
+/// Directories stay (empty), so paths packages expect still exist.
 pub fn trim(root: &Path) -> Result<u64> {
     let mut freed = 0;
-    for rel in TRIM {
-        let dir = root.join(rel);
-        if !dir.is_dir() {
-            continue;
-        }
-        for entry in walkdir::WalkDir::new(&dir).into_iter().filter_map(Result::ok) {
-            if entry.file_type().is_file() {
-                freed += entry.metadata().map(|m| m.len()).unwrap_or(0);
+    for pattern in TRIM {
+        let targets: Vec<PathBuf> = match pattern.strip_suffix('*') {
+            Some(prefix) => {
+                let (dir, start) = prefix.rsplit_once('/').unwrap_or(("", prefix));
+                match std::fs::read_dir(root.join(dir)) {
+                    Ok(entries) => entries
+                        .filter_map(Result::ok)
+                        .filter(|e| e.file_name().to_string_lossy().starts_with(start))
+                        .map(|e| e.path())
+                        .collect(),
+                    Err(_) => Vec::new(),
+                }
+            }
+            None => vec![root.join(pattern)],
+        };
+        for target in targets {
+            let Ok(meta) = std::fs::symlink_metadata(&target) else {
+                continue;
+            };
+            if meta.is_dir() {
+                freed += bytes_under(&target);
+                std::fs::remove_dir_all(&target).with_context(|| format!("removing {}", target.display()))?;
+                if !pattern.ends_with('*') {
+                    std::fs::create_dir_all(&target)?;
+                }
+            } else {
+                freed += meta.len();
+                std::fs::remove_file(&target).with_context(|| format!("removing {}", target.display()))?;
             }
         }
-        std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
-        std::fs::create_dir_all(&dir)?;
     }
     Ok(freed)
 }
@@ -151,15 +188,6 @@ pub struct LiveInputs<'a> {
     pub jitter: &'a Path,
     pub iso: &'a Path,
     pub epoch: u64,
-}
-
-fn tree_bytes(root: &Path) -> u64 {
-    walkdir::WalkDir::new(root)
-        .into_iter()
-        .filter_map(Result::ok)
-        .filter(|e| e.file_type().is_file())
-        .map(|e| e.metadata().map(|m| m.len()).unwrap_or(0))
-        .sum()
 }
 
 /// Builds the live ISO at `inputs.iso`.
@@ -227,7 +255,7 @@ pub fn build_iso(
         root.join("etc/emberrtos/live-version"),
         format!("{}\n", inputs.version_line),
     )?;
-    let live_rootfs_bytes = tree_bytes(&root);
+    let live_rootfs_bytes = bytes_under(&root);
 
     let iso_root = stage_dir.join("iso-root");
     if iso_root.exists() {
@@ -296,6 +324,30 @@ mod tests {
             parse_packages("# c\nbusybox\n\n rt-tests # why\n"),
             vec!["busybox", "rt-tests"]
         );
+    }
+
+    #[test]
+    fn trim_removes_docs_and_interpreters_but_keeps_dirs() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for d in [
+            "usr/share/doc/pkg",
+            "usr/lib/python3.11/x",
+            "usr/bin",
+            "usr/lib/x86_64-linux-gnu",
+        ] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::fs::write(root.join("usr/share/doc/pkg/copyright"), "x".repeat(100)).unwrap();
+        std::fs::write(root.join("usr/lib/python3.11/x/mod.py"), "y".repeat(50)).unwrap();
+        std::fs::write(root.join("usr/bin/python3.11"), "z").unwrap();
+        std::fs::write(root.join("usr/bin/cyclictest"), "keep").unwrap();
+        std::fs::write(root.join("usr/lib/x86_64-linux-gnu/libperl.so.5.36"), "p").unwrap();
+        assert_eq!(trim(root).unwrap(), 100 + 50 + 1 + 1);
+        assert!(root.join("usr/share/doc").is_dir());
+        assert!(!root.join("usr/lib/python3.11").exists());
+        assert!(!root.join("usr/bin/python3.11").exists());
+        assert!(root.join("usr/bin/cyclictest").is_file());
     }
 
     #[test]

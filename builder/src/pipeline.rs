@@ -640,17 +640,13 @@ fn stage_commit(
     };
     let metadata = commit::metadata(&facts)?;
     let repo = repo_path(ctx);
-    let parent = if repo.join("config").is_file() {
-        ostree::resolve(&ostree::open(&repo)?, &recipe.ostree.ref_name)?
-    } else {
-        None
-    };
+    // The parent (the ref's target) is not part of the key: tagging this
+    // commit moves the ref to it, and the rerun must still be a cache hit.
     let rootfs_key = report.stages.last().map(|s| s.key.clone()).unwrap_or_default();
     let key = Key::new()
         .with("rootfs", rootfs_key)
         .with("metadata", format!("{metadata:?}"))
         .with("repo", repo.display().to_string())
-        .with("parent", parent.unwrap_or_default())
         .with("timestamp", recipe.source_date_epoch().to_string());
     let present = |out: &CommitOutput| {
         ostree::open(&out.repo).is_ok_and(|r| ostree::resolve(&r, &out.checksum).is_ok_and(|c| c.is_some()))

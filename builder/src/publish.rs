@@ -8,6 +8,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
+use glib::prelude::*;
 use ostree::gio;
 use serde::{Deserialize, Serialize};
 
@@ -361,6 +362,14 @@ pub fn publish(
         });
     }
 
+    // Commits travel with their signature: sign them (once per key) first.
+    if let Some(key) = options.gpg_key {
+        for plan in &plans {
+            if ost::sign_commit(&repo, &plan.commit, key, options.gpg_homedir)? {
+                ui.note(format!("signed {} with GPG key {key}", plan.commit));
+            }
+        }
+    }
     let mut report = PublishReport {
         destination: transport.describe(),
         ..PublishReport::default()
@@ -394,7 +403,8 @@ pub fn publish(
         }
     }
 
-    // 1. Objects: content and trees first, commit objects last.
+    // 1. Objects: content and trees first, commit objects last. Commits are
+    // signed first (once per key) so they reach the remote with their signature.
     ui.step("publish", format!("objects to {}", transport.describe()));
     for plan in &plans {
         let objects = repo
@@ -460,12 +470,18 @@ pub fn publish(
                     .push(format!("{name}: {f} is not in the local repo"));
                 continue;
             }
+            // bsdiff pays off between commits; from nothing it only costs time.
+            let opt = if from.is_some() {
+                ostree::StaticDeltaGenerateOpt::Major
+            } else {
+                ostree::StaticDeltaGenerateOpt::Lowlatency
+            };
             repo.static_delta_generate(
-                ostree::StaticDeltaGenerateOpt::Major,
+                opt,
                 from.as_deref(),
                 &plan.commit,
                 None,
-                None,
+                Some(&delta_params()),
                 gio::Cancellable::NONE,
             )
             .with_context(|| format!("generating static delta {name}"))?;
@@ -523,6 +539,14 @@ pub fn publish(
     (options.after_phase)(Phase::Summary)?;
     report.refs = published;
     Ok(report)
+}
+
+/// Parameters for `static_delta_generate`: libostree 2022.7 looks keys up in
+/// `params` without a NULL check, so it must be a dict even when empty.
+fn delta_params() -> glib::Variant {
+    let params = glib::VariantDict::new(None);
+    params.insert_value("verbose", &false.to_variant());
+    params.end()
 }
 
 /// Copies the commit's detached metadata (signatures) when the remote's differs.

@@ -8,6 +8,7 @@ use std::process::Command;
 
 use ostree::gio::prelude::CancellableExt;
 
+use common::GpgKey;
 use imgbuild::commit::{self, CommitFacts};
 use imgbuild::error::{Refused, exit, exit_code};
 use imgbuild::ostree::{self as ost, CommitRequest};
@@ -290,83 +291,6 @@ fn gate_refuses_a_generic_kernel_and_tags_the_standard_flavor() {
     let info = ost::read_commit(&ost::open(&repo).unwrap(), REF).unwrap();
     assert_eq!(info.checksum, rt.checksum);
     assert_eq!(info.detached_metadata["imgbuild.rt.boot.uname"], "pass");
-}
-
-/// A throwaway GPG key in its own homedir.
-struct GpgKey {
-    home: tempfile::TempDir,
-    fingerprint: String,
-    /// ASCII-armored public key (for `remote add --gpg-import`).
-    public: PathBuf,
-    /// A directory holding the public key as a binary keyring, the form
-    /// libostree reads for `--gpg-homedir` (GnuPG's own pubring.kbx is not).
-    keyring_dir: PathBuf,
-}
-
-impl GpgKey {
-    fn generate(name: &str) -> GpgKey {
-        let home = tempfile::Builder::new().prefix("gpg").tempdir_in("/tmp").unwrap();
-        let gpg = |args: &[&str]| {
-            let out = Command::new("gpg")
-                .arg("--homedir")
-                .arg(home.path())
-                .arg("--batch")
-                .args(args)
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "gpg {args:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            String::from_utf8_lossy(&out.stdout).into_owned()
-        };
-        gpg(&[
-            "--passphrase",
-            "",
-            "--quick-gen-key",
-            &format!("{name} <{name}@example.org>"),
-            "ed25519",
-            "sign",
-            "never",
-        ]);
-        let listing = gpg(&["--with-colons", "--list-keys"]);
-        let fingerprint = listing
-            .lines()
-            .find(|l| l.starts_with("fpr:"))
-            .unwrap()
-            .split(':')
-            .nth(9)
-            .unwrap()
-            .to_string();
-        let public = home.path().join("public.asc");
-        std::fs::write(&public, gpg(&["--armor", "--export", &fingerprint])).unwrap();
-        let keyring_dir = home.path().join("keyring");
-        std::fs::create_dir(&keyring_dir).unwrap();
-        let binary = Command::new("gpg")
-            .arg("--homedir")
-            .arg(home.path())
-            .args(["--batch", "--export", &fingerprint])
-            .output()
-            .unwrap();
-        std::fs::write(keyring_dir.join("trusted.gpg"), binary.stdout).unwrap();
-        GpgKey {
-            home,
-            fingerprint,
-            public,
-            keyring_dir,
-        }
-    }
-}
-
-impl Drop for GpgKey {
-    fn drop(&mut self) {
-        let _ = Command::new("gpgconf")
-            .arg("--homedir")
-            .arg(self.home.path())
-            .args(["--kill", "gpg-agent"])
-            .status();
-    }
 }
 
 fn client_pull(dir: &Path, name: &str, server_repo: &Path, key: &Path) -> std::process::Output {

@@ -304,3 +304,170 @@ pub fn debian_kernel_files(flavor: &str, dir: &Path) -> imgbuild::rootfs::Kernel
         release,
     }
 }
+
+/// A throwaway GPG key in its own homedir.
+pub struct GpgKey {
+    pub home: tempfile::TempDir,
+    pub fingerprint: String,
+    /// ASCII-armored public key (for `remote add --gpg-import`).
+    pub public: PathBuf,
+    /// A directory holding the public key as a binary keyring, the form
+    /// libostree reads for `--gpg-homedir` (GnuPG's own pubring.kbx is not).
+    pub keyring_dir: PathBuf,
+}
+
+impl GpgKey {
+    pub fn generate(name: &str) -> GpgKey {
+        let home = tempfile::Builder::new().prefix("gpg").tempdir_in("/tmp").unwrap();
+        let gpg = |args: &[&str]| {
+            let out = std::process::Command::new("gpg")
+                .arg("--homedir")
+                .arg(home.path())
+                .arg("--batch")
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "gpg {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        gpg(&[
+            "--passphrase",
+            "",
+            "--quick-gen-key",
+            &format!("{name} <{name}@example.org>"),
+            "ed25519",
+            "sign",
+            "never",
+        ]);
+        let listing = gpg(&["--with-colons", "--list-keys"]);
+        let fingerprint = listing
+            .lines()
+            .find(|l| l.starts_with("fpr:"))
+            .unwrap()
+            .split(':')
+            .nth(9)
+            .unwrap()
+            .to_string();
+        let public = home.path().join("public.asc");
+        std::fs::write(&public, gpg(&["--armor", "--export", &fingerprint])).unwrap();
+        let keyring_dir = home.path().join("keyring");
+        std::fs::create_dir(&keyring_dir).unwrap();
+        let binary = std::process::Command::new("gpg")
+            .arg("--homedir")
+            .arg(home.path())
+            .args(["--batch", "--export", &fingerprint])
+            .output()
+            .unwrap();
+        std::fs::write(keyring_dir.join("trusted.gpg"), binary.stdout).unwrap();
+        GpgKey {
+            home,
+            fingerprint,
+            public,
+            keyring_dir,
+        }
+    }
+}
+
+impl Drop for GpgKey {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("gpgconf")
+            .arg("--homedir")
+            .arg(self.home.path())
+            .args(["--kill", "gpg-agent"])
+            .status();
+    }
+}
+
+/// A static file server on 127.0.0.1 (a real HTTP/1.1 server, one request
+/// per connection) that logs each request and counts the body bytes it sent.
+pub struct StaticServer {
+    pub url: String,
+    log: Arc<Mutex<Vec<(String, u64)>>>,
+}
+
+impl StaticServer {
+    pub fn start(root: &Path) -> StaticServer {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (root, shared) = (root.to_path_buf(), log.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let (root, log) = (root.clone(), shared.clone());
+                std::thread::spawn(move || serve_file(stream, &root, &log));
+            }
+        });
+        StaticServer { url, log }
+    }
+
+    /// Requests so far, as (path, body bytes sent).
+    pub fn requests(&self) -> Vec<(String, u64)> {
+        self.log.lock().unwrap().clone()
+    }
+
+    pub fn bytes_sent(&self) -> u64 {
+        self.requests().iter().map(|(_, n)| n).sum()
+    }
+
+    pub fn reset(&self) {
+        self.log.lock().unwrap().clear();
+    }
+}
+
+fn serve_file(mut stream: TcpStream, root: &Path, log: &Mutex<Vec<(String, u64)>>) {
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut request = String::new();
+    if reader.read_line(&mut request).is_err() {
+        return;
+    }
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+            break;
+        }
+    }
+    let mut words = request.split_whitespace();
+    let method = words.next().unwrap_or_default().to_string();
+    let path = words
+        .next()
+        .unwrap_or("/")
+        .split('?')
+        .next()
+        .unwrap_or("/")
+        .to_string();
+    let file = root.join(path.trim_start_matches('/'));
+    let body = if path.contains("..") {
+        None
+    } else {
+        std::fs::read(&file).ok().filter(|_| file.is_file())
+    };
+    match body {
+        Some(body) => {
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let sent = if method == "HEAD" {
+                0
+            } else {
+                let _ = stream.write_all(&body);
+                body.len() as u64
+            };
+            log.lock().unwrap().push((path, sent));
+        }
+        None => {
+            let _ = write!(
+                stream,
+                "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+            log.lock().unwrap().push((path, 0));
+        }
+    }
+}

@@ -45,6 +45,9 @@ pub struct Cli {
     /// Write an SVG latency plot here.
     #[arg(long)]
     pub svg: Option<PathBuf>,
+    /// Also keep cyclictest's own output (histogram and its min/avg/max lines) here.
+    #[arg(long)]
+    pub save_cyclictest: Option<PathBuf>,
     /// Only print the PREEMPT_RT evidence of the running kernel (exit 0 if
     /// it is PREEMPT_RT, 3 if not).
     #[arg(long)]
@@ -94,6 +97,7 @@ fn execute(cli: &Cli) -> Result<u8> {
         priority: cli.priority,
         no_load: cli.no_load,
         histogram_max_us: cli.histogram_max,
+        save_cyclictest: cli.save_cyclictest.clone(),
     };
     let report = run(&options)?;
     let json_to_stdout = cli.json.as_deref().is_some_and(|p| p.as_os_str() == "-");

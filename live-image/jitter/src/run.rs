@@ -26,6 +26,8 @@ pub struct Options {
     pub priority: u32,
     pub no_load: bool,
     pub histogram_max_us: u32,
+    /// Where to keep cyclictest's raw output, if anywhere.
+    pub save_cyclictest: Option<PathBuf>,
 }
 
 /// A program jitter needs that is not installed.
@@ -266,6 +268,9 @@ pub fn run(options: &Options) -> Result<Report> {
         let _ = std::fs::remove_file(file);
     }
     let measured = measured?;
+    if let Some(path) = &options.save_cyclictest {
+        std::fs::write(path, &measured.stdout).with_context(|| format!("writing {}", path.display()))?;
+    }
     let text = cyclictest::parse_histogram(&measured.stdout).context("parsing cyclictest's histogram")?;
     let json = measured
         .json
@@ -349,6 +354,7 @@ mod tests {
             priority: 99,
             no_load: false,
             histogram_max_us: 1000,
+            save_cyclictest: None,
         }
     }
 

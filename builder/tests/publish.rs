@@ -1,0 +1,487 @@
+//! Publishing to an ostree remote served over HTTP on 127.0.0.1, and a real
+//! device (the `ostree` CLI on a scratch sysroot) that pulls, verifies,
+//! deploys, upgrades through a static delta, and rolls back.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{GpgKey, StaticServer};
+use imgbuild::commit::{self, CommitFacts};
+use imgbuild::error::{exit, exit_code};
+use imgbuild::ostree as ost;
+use imgbuild::publish::{LocalDir, Phase, PublishOptions, PublishReport, publish};
+use imgbuild::recipe::Flavor;
+use imgbuild::tag::{TagRequest, required_checks, tag};
+use imgbuild::ui::Ui;
+
+const REF: &str = "emberrtos/x86_64/rt";
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("running a command");
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn ostree(args: &[&str]) -> Command {
+    let mut cmd = Command::new("ostree");
+    cmd.args(args);
+    cmd
+}
+
+/// A tree `ostree admin deploy` accepts: a kernel, os-release, /usr/etc.
+/// Builds differ in one overlay file only: a 256 KiB calibration table in
+/// which `revision` changes a few bytes (as a re-calibration would).
+fn tree(dir: &Path, revision: u8) -> PathBuf {
+    let tree = dir.join(format!("tree-{revision}"));
+    if tree.exists() {
+        return tree;
+    }
+    for d in [
+        "usr/bin",
+        "usr/etc/emberrtos",
+        "usr/lib/modules/6.12.0",
+        "var",
+        "boot",
+        "sysroot",
+        "proc",
+        "sys",
+        "dev",
+        "run",
+        "tmp",
+    ] {
+        std::fs::create_dir_all(tree.join(d)).unwrap();
+    }
+    std::os::unix::fs::symlink("sysroot/ostree", tree.join("ostree")).unwrap();
+    std::fs::write(tree.join("usr/etc/os-release"), "NAME=EmberRTOS\nID=emberrtos\n").unwrap();
+    std::fs::write(tree.join("usr/etc/emberrtos/kernel-flavor"), "rt\n").unwrap();
+    // Incompressible, so whole-object transfers cost their full size.
+    let noise = |seed: u32, len: usize| -> Vec<u8> {
+        (0..len as u32)
+            .map(|i| (i.wrapping_add(seed).wrapping_mul(2654435761) >> 13) as u8)
+            .collect()
+    };
+    let mut calibration = noise(7, 256 * 1024);
+    for offset in [1000, 90_000, 200_000] {
+        calibration[offset] = revision;
+    }
+    std::fs::write(tree.join("usr/etc/emberrtos/calibration.dat"), calibration).unwrap();
+    std::fs::write(tree.join("usr/lib/modules/6.12.0/vmlinuz"), noise(1, 400_000)).unwrap();
+    std::fs::write(
+        tree.join("usr/lib/modules/6.12.0/initramfs.img"),
+        noise(2, 50_000),
+    )
+    .unwrap();
+    std::fs::copy("/bin/busybox", tree.join("usr/bin/busybox")).unwrap();
+    tree
+}
+
+fn calibration_revision(deployment: &Path) -> u8 {
+    std::fs::read(deployment.join("usr/etc/emberrtos/calibration.dat")).unwrap()[90_000]
+}
+
+fn rt_evidence() -> rtcheck::Evidence {
+    let rt = common::debian_kernel("rt");
+    let mut evidence =
+        imgbuild::verify::check_artifacts(&rt.join("vmlinuz"), Some(&rt.join("config")), Some(&rt)).unwrap();
+    evidence
+        .checks
+        .insert(0, imgbuild::verify::config_check(42, true));
+    evidence
+}
+
+fn boot_evidence() -> rtcheck::Evidence {
+    rtcheck::evidence::check_running_kernel("#1 SMP PREEMPT_RT x", Some("CONFIG_PREEMPT_RT=y\n"))
+}
+
+/// Commits `tree` as `version`, tags it through the gate and signs it.
+fn build(repo: &Path, tree: &Path, version: &str, key: &GpgKey, evidence: &rtcheck::Evidence) -> String {
+    let meta = commit::metadata(&CommitFacts {
+        name: "emberrtos",
+        version,
+        flavor: Flavor::Rt,
+        kernel_release: "6.12.0",
+        kernel_config_sha256: &"ab".repeat(32),
+        kargs: &["nohz_full=1-3".to_string()],
+        recipe_sha256: &"cd".repeat(32),
+        evidence,
+    })
+    .unwrap();
+    // Each build is a day newer: `ostree admin upgrade` refuses to go back in time.
+    static DAY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let timestamp = 1_764_460_800 + 86_400 * DAY.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let out = commit::commit(repo, REF, tree, &meta, &format!("emberrtos {version}"), timestamp).unwrap();
+    let required = required_checks(true, true);
+    let boot = boot_evidence();
+    tag(&TagRequest {
+        repo,
+        ref_name: REF,
+        commit: &out.checksum,
+        flavor: Flavor::Rt,
+        required: &required,
+        boot_evidence: Some(&boot),
+        gpg_key: Some(&key.fingerprint),
+        gpg_homedir: Some(key.home.path()),
+    })
+    .unwrap();
+    out.checksum
+}
+
+fn do_publish(
+    repo: &Path,
+    remote: &Path,
+    key: &GpgKey,
+    after: &dyn Fn(Phase) -> anyhow::Result<()>,
+) -> anyhow::Result<PublishReport> {
+    publish(
+        repo,
+        &LocalDir {
+            root: remote.to_path_buf(),
+        },
+        &PublishOptions {
+            refs: vec![REF.into()],
+            gpg_key: Some(&key.fingerprint),
+            gpg_homedir: Some(key.home.path()),
+            deltas: 2,
+            force: false,
+            after_phase: after,
+        },
+        &Ui::plain(),
+    )
+}
+
+fn ok(_: Phase) -> anyhow::Result<()> {
+    Ok(())
+}
+
+/// A device: a scratch sysroot with the remote added, trusting `key`.
+struct Device {
+    sysroot: PathBuf,
+}
+
+impl Device {
+    fn new(dir: &Path, url: &str, key: &Path) -> Device {
+        let sysroot = dir.join("sysroot");
+        std::fs::create_dir_all(&sysroot).unwrap();
+        let s = format!("--sysroot={}", sysroot.display());
+        run(&mut ostree(&["admin", "init-fs", sysroot.to_str().unwrap()]));
+        run(&mut ostree(&["admin", "os-init", &s, "emberrtos"]));
+        let device = Device { sysroot };
+        run(&mut ostree(&[
+            "remote",
+            "add",
+            &device.repo_arg(),
+            &format!("--gpg-import={}", key.display()),
+            "origin",
+            url,
+        ]));
+        device
+    }
+
+    fn repo_arg(&self) -> String {
+        format!("--repo={}", self.sysroot.join("ostree/repo").display())
+    }
+
+    fn admin(&self, args: &[&str]) -> std::process::Output {
+        let mut full = vec![
+            "admin".to_string(),
+            args[0].to_string(),
+            format!("--sysroot={}", self.sysroot.display()),
+        ];
+        full.extend(args[1..].iter().map(|a| a.to_string()));
+        Command::new("ostree").args(&full).output().unwrap()
+    }
+
+    /// The deployments, default first, as (checksum, deploy dir).
+    fn deployments(&self) -> Vec<(String, PathBuf)> {
+        let out = self.admin(&["status"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| {
+                let mut words = l.trim_start_matches(['*', ' ']).split_whitespace();
+                (words.next()? == "emberrtos")
+                    .then(|| words.next().map(str::to_string))
+                    .flatten()
+            })
+            .map(|id| {
+                let checksum = id.split('.').next().unwrap().to_string();
+                (
+                    checksum,
+                    self.sysroot.join("ostree/deploy/emberrtos/deploy").join(&id),
+                )
+            })
+            .collect()
+    }
+}
+
+/// A plain client repo with the remote added, trusting `key`; returns `--repo=…`.
+fn client(dir: &Path, name: &str, mode: &str, url: &str, key: &Path) -> String {
+    let arg = format!("--repo={}", dir.join(name).display());
+    run(&mut ostree(&["init", &arg, &format!("--mode={mode}")]));
+    run(&mut ostree(&[
+        "remote",
+        "add",
+        &arg,
+        &format!("--gpg-import={}", key.display()),
+        "origin",
+        url,
+    ]));
+    arg
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn device_pulls_verifies_deploys_upgrades_by_delta_and_rolls_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = GpgKey::generate("publisher");
+    let repo = dir.path().join("repo");
+    let remote = dir.path().join("www");
+    let evidence = rt_evidence();
+    let v1 = build(&repo, &tree(dir.path(), 1), "2026.11.1", &key, &evidence);
+
+    let report = do_publish(&repo, &remote, &key, &ok).unwrap();
+    assert!(report.objects_copied > 0);
+    assert_eq!(report.refs[0].commit, v1);
+    // Publishing the same thing twice is a no-op.
+    assert!(do_publish(&repo, &remote, &key, &ok).unwrap().no_op);
+    run(&mut ostree(&["fsck", &format!("--repo={}", remote.display())]));
+
+    let server = StaticServer::start(&remote);
+    let device = Device::new(dir.path(), &server.url, &key.public);
+    run(&mut ostree(&["pull", &device.repo_arg(), "origin", REF]));
+    let deployed = device.admin(&["deploy", "--os=emberrtos", &format!("origin:{REF}")]);
+    assert!(
+        deployed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&deployed.stderr)
+    );
+    let deployments = device.deployments();
+    assert_eq!(deployments[0].0, v1);
+    assert_eq!(
+        read(&deployments[0].1.join("usr/etc/emberrtos/kernel-flavor")),
+        "rt\n"
+    );
+    assert_eq!(calibration_revision(&deployments[0].1), 1);
+
+    // v2: one overlay file differs.
+    let v2 = build(&repo, &tree(dir.path(), 2), "2026.11.2", &key, &evidence);
+    let report = do_publish(&repo, &remote, &key, &ok).unwrap();
+    assert_eq!(report.refs[0].previous.as_deref(), Some(v1.as_str()));
+    assert!(
+        report.refs[0].deltas.iter().any(|d| d.starts_with(&v1[..12])),
+        "{:?}",
+        report.refs[0]
+    );
+
+    server.reset();
+    let upgraded = device.admin(&["upgrade", "--os=emberrtos"]);
+    assert!(
+        upgraded.status.success(),
+        "{}",
+        String::from_utf8_lossy(&upgraded.stderr)
+    );
+    let delta_bytes = server.bytes_sent();
+    let requests = server.requests();
+    assert!(
+        requests.iter().any(|(p, _)| p.starts_with("/deltas/")),
+        "the upgrade did not use a delta: {requests:?}"
+    );
+    let deployments = device.deployments();
+    assert_eq!(deployments[0].0, v2);
+    assert_eq!(deployments[1].0, v1);
+    assert_eq!(calibration_revision(&deployments[0].1), 2);
+    assert_eq!(
+        read(&deployments[0].1.join("usr/etc/emberrtos/kernel-flavor")),
+        "rt\n"
+    );
+
+    // The same update without deltas: a fresh repo pulling only v1's
+    // objects first, then v2 object by object.
+    let plain_arg = client(dir.path(), "plain", "bare-user", &server.url, &key.public);
+    run(&mut ostree(&[
+        "pull",
+        &plain_arg,
+        "--disable-static-deltas",
+        "origin",
+        &v1,
+    ]));
+    server.reset();
+    run(&mut ostree(&[
+        "pull",
+        &plain_arg,
+        "--disable-static-deltas",
+        "origin",
+        REF,
+    ]));
+    let object_bytes = server.bytes_sent();
+    eprintln!("v1 -> v2: {delta_bytes} bytes with the static delta, {object_bytes} bytes without");
+    assert!(
+        delta_bytes < object_bytes,
+        "delta {delta_bytes} >= objects {object_bytes}"
+    );
+
+    // Roll back: drop the v2 deployment; v1 is the default again.
+    let undeployed = device.admin(&["undeploy", "0"]);
+    assert!(
+        undeployed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&undeployed.stderr)
+    );
+    let deployments = device.deployments();
+    assert_eq!(deployments.len(), 1);
+    assert_eq!(deployments[0].0, v1);
+    assert_eq!(calibration_revision(&deployments[0].1), 1);
+}
+
+#[test]
+fn tampered_remotes_are_refused_by_the_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = GpgKey::generate("publisher");
+    let stranger = GpgKey::generate("stranger");
+    let repo = dir.path().join("repo");
+    let remote = dir.path().join("www");
+    build(&repo, &tree(dir.path(), 1), "2026.11.1", &key, &rt_evidence());
+    do_publish(&repo, &remote, &key, &ok).unwrap();
+    let server = StaticServer::start(&remote);
+
+    // A client that trusts another key.
+    let arg = client(dir.path(), "wrong-key", "archive", &server.url, &stranger.public);
+    let out = ostree(&["pull", &arg, "origin", REF]).output().unwrap();
+    assert!(!out.status.success(), "a pull trusting another key must fail");
+
+    // One flipped byte in a content object.
+    let victim = walkdir::WalkDir::new(remote.join("objects"))
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|e| e.path().extension().is_some_and(|x| x == "filez"))
+        .max_by_key(|e| e.metadata().unwrap().len())
+        .unwrap()
+        .into_path();
+    let mut bytes = std::fs::read(&victim).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(&victim, bytes).unwrap();
+    let arg = client(dir.path(), "flipped", "archive", &server.url, &key.public);
+    let out = ostree(&["pull", &arg, "--disable-static-deltas", "origin", REF])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "a pull of a corrupted object must fail");
+}
+
+#[test]
+fn interrupted_publish_keeps_serving_v1_and_a_rerun_completes() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = GpgKey::generate("publisher");
+    let repo = dir.path().join("repo");
+    let remote = dir.path().join("www");
+    let evidence = rt_evidence();
+    let v1 = build(&repo, &tree(dir.path(), 1), "2026.11.1", &key, &evidence);
+    do_publish(&repo, &remote, &key, &ok).unwrap();
+    let v2 = build(&repo, &tree(dir.path(), 2), "2026.11.2", &key, &evidence);
+
+    let killed = |phase: Phase| {
+        if phase == Phase::Objects {
+            anyhow::bail!("killed after the objects")
+        } else {
+            Ok(())
+        }
+    };
+    assert!(do_publish(&repo, &remote, &key, &killed).is_err());
+    let remote_repo = ost::open(&remote).unwrap();
+    assert_eq!(
+        ost::resolve(&remote_repo, REF).unwrap().as_deref(),
+        Some(v1.as_str())
+    );
+    run(&mut ostree(&["fsck", &format!("--repo={}", remote.display())]));
+    let server = StaticServer::start(&remote);
+    let arg = client(dir.path(), "client", "archive", &server.url, &key.public);
+    run(&mut ostree(&["pull", &arg, "origin", REF]));
+    assert_eq!(
+        run(&mut ostree(&["rev-parse", &arg, &format!("origin:{REF}")])).trim(),
+        v1
+    );
+
+    let report = do_publish(&repo, &remote, &key, &ok).unwrap();
+    assert!(!report.no_op);
+    assert_eq!(
+        ost::resolve(&ost::open(&remote).unwrap(), REF)
+            .unwrap()
+            .as_deref(),
+        Some(v2.as_str())
+    );
+    run(&mut ostree(&["pull", &arg, "origin", REF]));
+    assert_eq!(
+        run(&mut ostree(&["rev-parse", &arg, &format!("origin:{REF}")])).trim(),
+        v2
+    );
+}
+
+#[test]
+fn refuses_rt_without_evidence_and_old_versions() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = GpgKey::generate("publisher");
+    let repo = dir.path().join("repo");
+    let remote = dir.path().join("www");
+    let mut broken = rt_evidence();
+    broken.record(rtcheck::Check::fail(
+        "artifact.uts-version",
+        "not PREEMPT_RT (PREEMPT_DYNAMIC)",
+    ));
+    // Commit through the library and force the ref, bypassing the tag gate,
+    // as a hand-edited repo would.
+    let meta = commit::metadata(&CommitFacts {
+        name: "emberrtos",
+        version: "2026.11.1",
+        flavor: Flavor::Rt,
+        kernel_release: "6.12.0",
+        kernel_config_sha256: &"ab".repeat(32),
+        kargs: &[],
+        recipe_sha256: &"cd".repeat(32),
+        evidence: &broken,
+    })
+    .unwrap();
+    let bad = commit::commit(&repo, REF, &tree(dir.path(), 9), &meta, "bad", 1).unwrap();
+    ost::set_ref(&ost::open(&repo).unwrap(), REF, &bad.checksum).unwrap();
+    let err = do_publish(&repo, &remote, &key, &ok).unwrap_err();
+    assert_eq!(exit_code(&err), exit::REFUSED, "{err:#}");
+    assert!(format!("{err:#}").contains("artifact.uts-version"), "{err:#}");
+    assert!(!remote.join("refs/heads").join(REF).exists());
+
+    // A good v2 published, then an older version is refused unless forced.
+    let v2 = build(&repo, &tree(dir.path(), 2), "2026.11.2", &key, &rt_evidence());
+    do_publish(&repo, &remote, &key, &ok).unwrap();
+    let old = build(&repo, &tree(dir.path(), 3), "2026.11.1", &key, &rt_evidence());
+    let err = do_publish(&repo, &remote, &key, &ok).unwrap_err();
+    assert!(format!("{err:#}").contains("is not newer"), "{err:#}");
+    assert_eq!(
+        ost::resolve(&ost::open(&remote).unwrap(), REF)
+            .unwrap()
+            .as_deref(),
+        Some(v2.as_str())
+    );
+    let forced = publish(
+        &repo,
+        &LocalDir { root: remote.clone() },
+        &PublishOptions {
+            refs: vec![],
+            gpg_key: Some(&key.fingerprint),
+            gpg_homedir: Some(key.home.path()),
+            deltas: 1,
+            force: true,
+            after_phase: &ok,
+        },
+        &Ui::plain(),
+    )
+    .unwrap();
+    assert_eq!(forced.refs[0].commit, old);
+}
