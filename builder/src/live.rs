@@ -137,6 +137,55 @@ pub fn trim(root: &Path) -> Result<u64> {
     Ok(freed)
 }
 
+/// Pins the volume serial of the EFI system partition image inside the ISO.
+/// grub-mkrescue builds it with mformat, which picks a random serial, the
+/// only thing that keeps the ISO from being reproducible. Finds the image
+/// through the El Torito boot catalog (platform 0xEF) and returns whether it
+/// patched one.
+pub fn pin_efi_serial(iso: &mut [u8], serial: u32) -> Result<bool> {
+    const SECTOR: usize = 2048;
+    let u32_at = |data: &[u8], at: usize| -> Option<u32> {
+        Some(u32::from_le_bytes(data.get(at..at + 4)?.try_into().ok()?))
+    };
+    let record = iso
+        .get(17 * SECTOR..18 * SECTOR)
+        .context("the ISO is too short for a boot record")?;
+    if record[0] != 0 || &record[1..6] != b"CD001" || !record[7..].starts_with(b"EL TORITO SPECIFICATION") {
+        bail!("the ISO has no El Torito boot record");
+    }
+    let catalog = u32_at(record, 0x47).context("boot record")? as usize * SECTOR;
+    let mut platform = iso
+        .get(catalog + 1)
+        .copied()
+        .context("boot catalog out of bounds")?;
+    let mut patched = false;
+    for entry in (catalog + 32..catalog + SECTOR).step_by(32) {
+        let Some(&kind) = iso.get(entry) else { break };
+        match kind {
+            0x90 | 0x91 => platform = iso[entry + 1],
+            0x88 if platform == 0xef => {
+                let image = u32_at(iso, entry + 8).context("boot entry")? as usize * SECTOR;
+                let boot = iso.get(image..image + 512).context("EFI image out of bounds")?;
+                let serial_at = if &boot[82..87] == b"FAT32" {
+                    67
+                } else if &boot[54..57] == b"FAT" {
+                    39
+                } else {
+                    bail!("the EFI boot image is not a FAT file system");
+                };
+                if boot[510..512] != [0x55, 0xaa] {
+                    bail!("the EFI boot image has no boot signature");
+                }
+                iso[image + serial_at..image + serial_at + 4].copy_from_slice(&serial.to_le_bytes());
+                patched = true;
+            }
+            0 => break,
+            _ => {}
+        }
+    }
+    Ok(patched)
+}
+
 /// The `jitter` binary to put in the image: `$IMGBUILD_JITTER`, else the one
 /// built beside this imgbuild (`cargo build --release --workspace`).
 pub fn find_jitter() -> Result<PathBuf> {
@@ -188,6 +237,23 @@ pub struct LiveInputs<'a> {
     pub jitter: &'a Path,
     pub iso: &'a Path,
     pub epoch: u64,
+}
+
+/// xorriso's volume UUID format, `YYYYMMDDhhmmsscc`, from a Unix time.
+fn uuid_from_epoch(epoch: u64) -> String {
+    let text = crate::kernel::format_utc(epoch);
+    // "Sun Nov 30 00:00:00 UTC 2025"
+    let words: Vec<&str> = text.split_whitespace().collect();
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let month = MONTHS.iter().position(|m| *m == words[1]).unwrap_or(0) + 1;
+    format!(
+        "{}{month:02}{:0>2}{}00",
+        words[5],
+        words[2],
+        words[3].replace(':', "")
+    )
 }
 
 /// Builds the live ISO at `inputs.iso`.
@@ -288,7 +354,21 @@ pub fn build_iso(
         .arg(&partial)
         .arg(&iso_root)
         .env("SOURCE_DATE_EPOCH", inputs.epoch.to_string());
+    let epoch_arg = format!("={}", inputs.epoch);
+    // Fixed volume dates; see pin_efi_serial for the last random bytes.
+    mkrescue
+        .arg("--")
+        .args(["-volume_date", "uuid", &uuid_from_epoch(inputs.epoch)]);
+    for kind in ["all_file_dates", "c", "m", "x", "f"] {
+        mkrescue.args(["-volume_date", kind, &epoch_arg]);
+    }
     tool::run_logged(&mut mkrescue, &log, |_| {}).context("making the ISO with grub-mkrescue")?;
+    let mut iso_bytes = std::fs::read(&partial)?;
+    if !pin_efi_serial(&mut iso_bytes, inputs.epoch as u32)? {
+        ui.warn("no EFI boot image found in the ISO: it will not boot under UEFI");
+    }
+    std::fs::write(&partial, &iso_bytes)?;
+    drop(iso_bytes);
     if let Some(parent) = inputs.iso.parent() {
         std::fs::create_dir_all(parent)?;
     }
@@ -317,6 +397,19 @@ pub fn build_iso(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn uuid_format() {
+        assert_eq!(uuid_from_epoch(1_764_460_800), "2025113000000000");
+        assert_eq!(uuid_from_epoch(951_782_461), "2000022900010100");
+    }
+
+    #[test]
+    fn efi_serial_pinning_refuses_non_isos() {
+        let mut junk = vec![0u8; 40 * 2048];
+        assert!(pin_efi_serial(&mut junk, 1).is_err());
+        assert!(pin_efi_serial(&mut [0u8; 100], 1).is_err());
+    }
 
     #[test]
     fn package_list() {
