@@ -165,6 +165,18 @@ struct Device {
     sysroot: PathBuf,
 }
 
+impl Drop for Device {
+    /// ostree marks deployment roots immutable; lift it so the temp dir can go.
+    fn drop(&mut self) {
+        let deployments = self.sysroot.join("ostree/deploy/emberrtos/deploy");
+        for entry in std::fs::read_dir(deployments).into_iter().flatten().flatten() {
+            if entry.path().is_dir() {
+                let _ = Command::new("chattr").arg("-i").arg(entry.path()).status();
+            }
+        }
+    }
+}
+
 impl Device {
     fn new(dir: &Path, url: &str, key: &Path) -> Device {
         let sysroot = dir.join("sysroot");
