@@ -23,11 +23,18 @@ fn quick_retries(attempts: u32) -> FetchOptions {
     }
 }
 
-fn url_source(server: &HttpServer, sha256: &str) -> Source {
-    Source::Url {
+/// Fetches the server's file pinned to `sha256`, with `attempts` quick retries.
+fn fetch_from(
+    server: &HttpServer,
+    sha256: &str,
+    cache: &Cache,
+    attempts: u32,
+) -> anyhow::Result<imgbuild::fetch::Fetched> {
+    let source = Source::Url {
         url: server.url.clone(),
         sha256: sha256.to_string(),
-    }
+    };
+    fetch(&source, cache, &quick_retries(attempts), &Ui::plain())
 }
 
 #[test]
@@ -37,13 +44,7 @@ fn good_download_lands_in_the_cache_by_content() {
     let body = body();
     let sha = sha256_hex(&body);
     let server = HttpServer::start("linux.tar.xz", body.clone(), vec![]);
-    let fetched = fetch(
-        &url_source(&server, &sha),
-        &cache,
-        &quick_retries(1),
-        &Ui::plain(),
-    )
-    .unwrap();
+    let fetched = fetch_from(&server, &sha, &cache, 1).unwrap();
     assert!(!fetched.cached);
     assert_eq!(fetched.path, cache.blob_path(&sha));
     assert_eq!(std::fs::read(&fetched.path).unwrap(), body);
@@ -52,13 +53,7 @@ fn good_download_lands_in_the_cache_by_content() {
     assert!(files_under(&cache.root().join("tmp")).is_empty());
 
     // Second fetch: served from the cache, no request reaches the server.
-    let again = fetch(
-        &url_source(&server, &sha),
-        &cache,
-        &quick_retries(1),
-        &Ui::plain(),
-    )
-    .unwrap();
+    let again = fetch_from(&server, &sha, &cache, 1).unwrap();
     assert!(again.cached);
     assert_eq!(server.requests(), 1);
 }
@@ -70,13 +65,7 @@ fn wrong_sha256_caches_nothing_and_names_both_hashes() {
     let body = body();
     let server = HttpServer::start("x.tar.xz", body.clone(), vec![]);
     let wrong = "ab".repeat(32);
-    let err = fetch(
-        &url_source(&server, &wrong),
-        &cache,
-        &quick_retries(3),
-        &Ui::plain(),
-    )
-    .unwrap_err();
+    let err = fetch_from(&server, &wrong, &cache, 3).unwrap_err();
     let mismatch = err
         .downcast_ref::<ChecksumMismatch>()
         .expect("a checksum mismatch");
@@ -104,13 +93,7 @@ fn server_dying_mid_transfer_is_retried() {
         body.clone(),
         vec![Reply::DieAfter(100_000), Reply::Status(503)],
     );
-    let fetched = fetch(
-        &url_source(&server, &sha),
-        &cache,
-        &quick_retries(3),
-        &Ui::plain(),
-    )
-    .unwrap();
+    let fetched = fetch_from(&server, &sha, &cache, 3).unwrap();
     assert_eq!(server.requests(), 3);
     assert_eq!(std::fs::read(fetched.path).unwrap(), body);
     assert!(files_under(&cache.root().join("tmp")).is_empty());
@@ -123,24 +106,12 @@ fn server_dying_every_time_caches_nothing_then_a_rerun_succeeds() {
     let body = body();
     let sha = sha256_hex(&body);
     let server = HttpServer::start("x.tar.xz", body.clone(), vec![Reply::DieAfter(5000); 2]);
-    let err = fetch(
-        &url_source(&server, &sha),
-        &cache,
-        &quick_retries(2),
-        &Ui::plain(),
-    )
-    .unwrap_err();
+    let err = fetch_from(&server, &sha, &cache, 2).unwrap_err();
     assert!(format!("{err:#}").contains("gave up after 2 attempts"), "{err:#}");
     assert!(files_under(&cache.root().join("blobs")).is_empty());
     assert!(files_under(&cache.root().join("tmp")).is_empty());
     // The server recovers; the next run downloads it whole.
-    let fetched = fetch(
-        &url_source(&server, &sha),
-        &cache,
-        &quick_retries(1),
-        &Ui::plain(),
-    )
-    .unwrap();
+    let fetched = fetch_from(&server, &sha, &cache, 1).unwrap();
     assert_eq!(std::fs::read(fetched.path).unwrap(), body);
 }
 
@@ -149,13 +120,7 @@ fn not_found_is_not_retried() {
     let dir = tempfile::tempdir().unwrap();
     let cache = Cache::open(dir.path()).unwrap();
     let server = HttpServer::start("x", vec![1], vec![Reply::Status(404)]);
-    let err = fetch(
-        &url_source(&server, &"00".repeat(32)),
-        &cache,
-        &quick_retries(4),
-        &Ui::plain(),
-    )
-    .unwrap_err();
+    let err = fetch_from(&server, &"00".repeat(32), &cache, 4).unwrap_err();
     assert!(format!("{err:#}").contains("404"), "{err:#}");
     assert_eq!(server.requests(), 1);
 }
