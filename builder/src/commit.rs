@@ -123,8 +123,8 @@ pub fn commit(
 ) -> Result<CommitOutput> {
     let repo = ostree::open_or_create(repo_path)?;
     let parent = ostree::resolve(&repo, ref_name)?;
-    let force_root_owner =
-        std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m) != 0)?;
+    // Unprivileged builds cannot own files as root; record root anyway.
+    let force_root_owner = !crate::tool::running_as_root();
     let result = ostree::commit_tree(
         &repo,
         CommitRequest {

@@ -14,7 +14,7 @@ use crate::fetch::FetchOptions;
 use crate::hashing::sha256_file;
 use crate::initramfs::{self, Archive};
 use crate::recipe::RootfsBase;
-use crate::rootfs::{KernelFiles, base, copy_tree, overlay};
+use crate::rootfs::{KernelFiles, base, copy_tree, overlay, tree_size};
 use crate::tool;
 use crate::ui::Ui;
 
@@ -90,15 +90,6 @@ menuentry "{title}: run jitter 300 and power off" {{
     )
 }
 
-fn bytes_under(path: &Path) -> u64 {
-    walkdir::WalkDir::new(path)
-        .into_iter()
-        .filter_map(Result::ok)
-        .filter(|e| e.file_type().is_file())
-        .map(|e| e.metadata().map(|m| m.len()).unwrap_or(0))
-        .sum()
-}
-
 /// Removes what a RAM image does not need; returns the bytes freed.
 /// Directories stay (empty), so paths packages expect still exist.
 pub fn trim(root: &Path) -> Result<u64> {
@@ -123,7 +114,7 @@ pub fn trim(root: &Path) -> Result<u64> {
                 continue;
             };
             if meta.is_dir() {
-                freed += bytes_under(&target);
+                freed += tree_size(&target)?.0;
                 std::fs::remove_dir_all(&target).with_context(|| format!("removing {}", target.display()))?;
                 if !pattern.ends_with('*') {
                     std::fs::create_dir_all(&target)?;
@@ -241,18 +232,10 @@ pub struct LiveInputs<'a> {
 
 /// xorriso's volume UUID format, `YYYYMMDDhhmmsscc`, from a Unix time.
 fn uuid_from_epoch(epoch: u64) -> String {
-    let text = crate::kernel::format_utc(epoch);
-    // "Sun Nov 30 00:00:00 UTC 2025"
-    let words: Vec<&str> = text.split_whitespace().collect();
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    let month = MONTHS.iter().position(|m| *m == words[1]).unwrap_or(0) + 1;
+    let t = crate::kernel::UtcTime::from_epoch(epoch);
     format!(
-        "{}{month:02}{:0>2}{}00",
-        words[5],
-        words[2],
-        words[3].replace(':', "")
+        "{}{:02}{:02}{:02}{:02}{:02}00",
+        t.year, t.month, t.day, t.hour, t.minute, t.second
     )
 }
 
@@ -321,7 +304,7 @@ pub fn build_iso(
         root.join("etc/emberrtos/live-version"),
         format!("{}\n", inputs.version_line),
     )?;
-    let live_rootfs_bytes = bytes_under(&root);
+    let live_rootfs_bytes = tree_size(&root)?.0;
 
     let iso_root = stage_dir.join("iso-root");
     if iso_root.exists() {

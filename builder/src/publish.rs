@@ -269,16 +269,6 @@ fn remote_history(
     Ok(history)
 }
 
-/// Sizes of the files under a local directory.
-fn dir_bytes(dir: &Path) -> u64 {
-    walkdir::WalkDir::new(dir)
-        .into_iter()
-        .filter_map(Result::ok)
-        .filter(|e| e.file_type().is_file())
-        .map(|e| e.metadata().map(|m| m.len()).unwrap_or(0))
-        .sum()
-}
-
 /// Publishes the refs of the local archive repo `source` through `transport`.
 pub fn publish(
     source: &Path,
@@ -381,7 +371,7 @@ pub fn publish(
         // Detached metadata (signatures) may still have changed.
         let mut changed = false;
         for plan in &plans {
-            changed |= sync_commitmeta(&repo, source, transport, &plan.commit, &mut report)?;
+            changed |= sync_commitmeta(source, transport, &plan.commit, &mut report)?;
         }
         if !changed {
             ui.note(format!(
@@ -425,7 +415,7 @@ pub fn publish(
             report.objects_copied += 1;
             report.bytes_copied += local.metadata().map(|m| m.len()).unwrap_or(0);
         }
-        sync_commitmeta(&repo, source, transport, &plan.commit, &mut report)?;
+        sync_commitmeta(source, transport, &plan.commit, &mut report)?;
     }
     ui.note(format!(
         "{} objects, {} bytes copied",
@@ -486,7 +476,7 @@ pub fn publish(
             )
             .with_context(|| format!("generating static delta {name}"))?;
             let local_dir = source.join(&rel);
-            let delta_bytes = dir_bytes(&local_dir);
+            let delta_bytes = crate::rootfs::tree_size(&local_dir)?.0;
             let object_bytes = objects_bytes(&repo, source, from.as_deref(), &plan.commit)?;
             if delta_bytes >= object_bytes {
                 ui.note(format!("skipped delta {name}: {delta_bytes} bytes would not save over {object_bytes} bytes of objects"));
@@ -551,7 +541,6 @@ fn delta_params() -> glib::Variant {
 
 /// Copies the commit's detached metadata (signatures) when the remote's differs.
 fn sync_commitmeta(
-    repo: &ostree::Repo,
     source: &Path,
     transport: &dyn Transport,
     commit: &str,
@@ -560,7 +549,6 @@ fn sync_commitmeta(
     let rel = object_path(commit, ostree::ObjectType::CommitMeta);
     let local = source.join(&rel);
     if !local.is_file() {
-        let _ = repo;
         return Ok(false);
     }
     let data = std::fs::read(&local)?;

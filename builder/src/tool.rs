@@ -107,6 +107,12 @@ pub fn die_with_parent(cmd: &mut Command) -> &mut Command {
     }
 }
 
+/// Whether imgbuild runs with root privileges (owners can be kept as is).
+pub fn running_as_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
 /// Describes a command line for messages.
 pub fn describe(cmd: &Command) -> String {
     let mut words = vec![cmd.get_program().to_string_lossy().into_owned()];

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::extract::{ExtractOptions, extract_tarball};
 use crate::initramfs::{self, Archive, Data};
+use crate::tool;
 use crate::ui::Ui;
 
 /// Where the recipe's kernel arguments are written in the tree.
@@ -139,7 +140,8 @@ pub fn boot_initramfs(root: &Path, busybox: &Path) -> Result<Archive> {
     Ok(archive)
 }
 
-fn tree_size(root: &Path) -> Result<(u64, u64)> {
+/// Bytes and number of the regular files under `root`.
+pub fn tree_size(root: &Path) -> Result<(u64, u64)> {
     let (mut bytes, mut files) = (0, 0);
     for entry in walkdir::WalkDir::new(root) {
         let entry = entry?;
@@ -163,7 +165,7 @@ pub fn compose(inputs: &ComposeInputs, stage_dir: &Path, ui: &Ui) -> Result<Root
     let partial = stage_dir.join("tree.partial");
     let tree = stage_dir.join("tree");
     remove_if_exists(&partial)?;
-    let is_root = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)?;
+    let is_root = tool::running_as_root();
     ui.note(format!(
         "extracting base rootfs {}",
         inputs.base_tarball.display()
