@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::hashing::sha256_hex;
+use crate::io::hashing::sha256_hex;
 
 #[derive(Clone, Debug)]
 pub struct Cache {

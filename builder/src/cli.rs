@@ -8,15 +8,18 @@ use std::time::Duration;
 use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
 
-use crate::boot::{self, Accel, BootOptions};
 use crate::cache::Cache;
+use crate::commands::publish;
 use crate::error::{exit, exit_code};
-use crate::fetch::FetchOptions;
-use crate::pipeline::{self, PipelineReport, Stage};
+use crate::ostree;
+use crate::pipeline::{self, PipelineReport};
 use crate::recipe::Recipe;
+use crate::stage::Stage;
+use crate::stages::boot::{self, Accel, BootOptions};
+use crate::stages::commit;
+use crate::stages::fetch::FetchOptions;
+use crate::stages::verify;
 use crate::ui::Ui;
-use crate::verify;
-use crate::{commit, ostree, publish};
 use rtcheck::evidence::id;
 
 #[derive(Parser, Debug)]
@@ -156,7 +159,11 @@ fn render_commit(info: &ostree::CommitInfo, evidence: Option<&rtcheck::Evidence>
         let _ = writeln!(out, "parent   {parent}");
     }
     let _ = writeln!(out, "subject  {}", info.subject);
-    let _ = writeln!(out, "date     {}", crate::kernel::format_utc(info.timestamp));
+    let _ = writeln!(
+        out,
+        "date     {}",
+        crate::stages::kernel::format_utc(info.timestamp)
+    );
     for (label, key) in [
         ("version", commit::key::VERSION),
         ("flavor", commit::key::FLAVOR),
@@ -276,7 +283,7 @@ pub fn run(cli: Cli) -> Result<u8> {
                 jitter,
                 uefi,
             };
-            let sha = crate::hashing::sha256_file(&iso, None)?;
+            let sha = crate::io::hashing::sha256_file(&iso, None)?;
             let log_dir = tempfile::Builder::new()
                 .prefix("imgbuild-boot-")
                 .tempdir()?

@@ -10,7 +10,7 @@ use ostree::gio;
 use serde::{Deserialize, Serialize};
 
 /// A value in commit metadata (`a{sv}`).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub enum MetaValue {
     Str(String),
     Bool(bool),

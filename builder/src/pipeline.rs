@@ -1,187 +1,29 @@
-//! Chains the stages. Each stage has a cache key (the sha256 of every input
-//! that can change its output) and a stamp in `<work>/<stage>/stamp.json`. A
-//! stage whose key is unchanged is skipped and says so; one whose key changed
-//! names the inputs that changed.
+//! Chains the stages through the stage protocol (`crate::stage`): the list of
+//! stages and what each one is given, nothing else.
 
-use std::collections::BTreeMap;
-use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context as _, Result};
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::boot::{self, BootOptions, BootOutput};
 use crate::cache::{Cache, write_file_atomic};
-use crate::commit::{self, CommitFacts, CommitOutput};
-use crate::fetch::{self, FetchOptions, Fetched};
-use crate::hashing::{sha256_file, sha256_hex, sha256_tree};
-use crate::kernel::build::{KernelOutput, build, kernel_key};
-use crate::kernel::config::{KconfigOutput, configure, read_fragments};
-use crate::kernel::{self, MakeEnv, SourceTree};
-use crate::live::{self, IsoOutput, LiveInputs};
+use crate::io::hashing::{sha256_file, sha256_hex, sha256_tree};
 use crate::ostree;
 use crate::recipe::{ConfigBase, Flavor, Recipe, RootfsBase};
-use crate::rootfs::{self, BuildInfo, ComposeInputs, KernelFiles, RootfsOutput};
-use crate::tag::{self, TagOutput, TagRequest};
+use crate::stage::{Key, Outcome, Stage, StageReport, StageRun, record};
+use crate::stages::boot::{self, BootOptions, BootOutput};
+use crate::stages::commit::{self, CommitFacts, CommitOutput};
+use crate::stages::fetch::{self, FetchOptions, Fetched};
+use crate::stages::iso::{self, IsoOutput, LiveInputs};
+use crate::stages::kernel::build::{KernelOutput, build, kernel_key};
+use crate::stages::kernel::config::{KconfigOutput, configure, read_fragments};
+use crate::stages::kernel::{self, MakeEnv, SourceTree};
+use crate::stages::rootfs::{self, BuildInfo, ComposeInputs, KernelFiles, RootfsOutput};
+use crate::stages::tag::{self, TagOutput, TagRequest};
+use crate::stages::verify;
 use crate::ui::Ui;
-use crate::verify;
 use rtcheck::Evidence;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum Stage {
-    Fetch,
-    Kconfig,
-    Kernel,
-    Verify,
-    Rootfs,
-    Commit,
-    Iso,
-    Boot,
-    Tag,
-}
-
-impl Stage {
-    pub const ALL: [Stage; 9] = [
-        Stage::Fetch,
-        Stage::Kconfig,
-        Stage::Kernel,
-        Stage::Verify,
-        Stage::Rootfs,
-        Stage::Commit,
-        Stage::Iso,
-        Stage::Boot,
-        Stage::Tag,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Stage::Fetch => "fetch",
-            Stage::Kconfig => "kconfig",
-            Stage::Kernel => "kernel",
-            Stage::Verify => "verify",
-            Stage::Rootfs => "rootfs",
-            Stage::Commit => "commit",
-            Stage::Iso => "iso",
-            Stage::Boot => "boot",
-            Stage::Tag => "tag",
-        }
-    }
-}
-
-impl fmt::Display for Stage {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// The named inputs of a stage; its digest is the cache key.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Key {
-    pub inputs: BTreeMap<String, String>,
-}
-
-impl Key {
-    pub fn new() -> Self {
-        Key::default()
-    }
-
-    /// Adds an input; long values are recorded by their hash.
-    pub fn with(mut self, name: &str, value: impl AsRef<str>) -> Self {
-        let value = value.as_ref();
-        let recorded = if value.len() > 200 {
-            format!("sha256:{}", sha256_hex(value))
-        } else {
-            value.to_string()
-        };
-        self.inputs.insert(name.to_string(), recorded);
-        self
-    }
-
-    pub fn digest(&self) -> String {
-        let mut text = String::new();
-        for (name, value) in &self.inputs {
-            text.push_str(name);
-            text.push('=');
-            text.push_str(value);
-            text.push('\n');
-        }
-        sha256_hex(text)
-    }
-
-    /// Names of the inputs that differ from `old` (added, removed or changed).
-    pub fn changed_since(&self, old: &Key) -> Vec<String> {
-        let mut names: Vec<String> = self
-            .inputs
-            .iter()
-            .filter(|(k, v)| old.inputs.get(*k) != Some(v))
-            .map(|(k, _)| k.clone())
-            .collect();
-        names.extend(
-            old.inputs
-                .keys()
-                .filter(|k| !self.inputs.contains_key(*k))
-                .cloned(),
-        );
-        names
-    }
-}
-
-#[derive(Serialize, Deserialize)]
-pub struct Stamp<T> {
-    pub digest: String,
-    pub key: Key,
-    pub output: T,
-}
-
-pub enum Freshness<T> {
-    /// The stamp matches the key: reuse its output.
-    UpToDate(T),
-    /// A previous run used other inputs; these changed.
-    Changed(Vec<String>),
-    /// No previous run (or an unreadable stamp).
-    Missing,
-}
-
-fn stamp_path(stage_dir: &Path) -> PathBuf {
-    stage_dir.join("stamp.json")
-}
-
-pub fn check_stamp<T: DeserializeOwned>(stage_dir: &Path, key: &Key) -> Freshness<T> {
-    let Ok(text) = std::fs::read_to_string(stamp_path(stage_dir)) else {
-        return Freshness::Missing;
-    };
-    match serde_json::from_str::<Stamp<T>>(&text) {
-        Ok(stamp) if stamp.digest == key.digest() => Freshness::UpToDate(stamp.output),
-        Ok(stamp) => Freshness::Changed(key.changed_since(&stamp.key)),
-        Err(_) => Freshness::Missing,
-    }
-}
-
-/// Writes the stamp last, after the stage's outputs are complete.
-pub fn write_stamp<T: Serialize>(stage_dir: &Path, key: &Key, output: &T) -> Result<()> {
-    let stamp = Stamp {
-        digest: key.digest(),
-        key: key.clone(),
-        output,
-    };
-    write_file_atomic(
-        &stamp_path(stage_dir),
-        serde_json::to_string_pretty(&stamp)?.as_bytes(),
-    )
-}
-
-/// Removes a stage's stamp so a failed rerun never leaves the old one looking current.
-pub fn invalidate(stage_dir: &Path) -> Result<()> {
-    match std::fs::remove_file(stamp_path(stage_dir)) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(e).with_context(|| format!("removing {}", stamp_path(stage_dir).display()))
-        }
-        _ => Ok(()),
-    }
-}
 
 /// Everything a stage may use.
 pub struct Context {
@@ -199,22 +41,16 @@ impl Context {
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         Ok(dir)
     }
-}
 
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Outcome {
-    Ran,
-    Cached,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct StageReport {
-    pub stage: Stage,
-    pub outcome: Outcome,
-    pub key: String,
-    pub seconds: f64,
-    pub output: serde_json::Value,
+    /// A stage's run, reporting into `report`.
+    fn run<'a>(&'a self, report: &'a mut PipelineReport, stage: Stage) -> Result<StageRun<'a>> {
+        Ok(StageRun {
+            stage,
+            dir: self.stage_dir(stage)?,
+            ui: &self.ui,
+            reports: &mut report.stages,
+        })
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -228,53 +64,6 @@ pub struct PipelineReport {
     pub stages: Vec<StageReport>,
 }
 
-/// Runs a stage body unless its stamp is current and `present` confirms its
-/// outputs still exist; records the report.
-fn run_stage<T: Serialize + DeserializeOwned>(
-    ctx: &Context,
-    report: &mut PipelineReport,
-    stage: Stage,
-    key: &Key,
-    present: impl Fn(&T) -> bool,
-    body: impl FnOnce(&Path) -> Result<T>,
-) -> Result<T> {
-    let dir = ctx.stage_dir(stage)?;
-    let started = Instant::now();
-    let freshness = match check_stamp::<T>(&dir, key) {
-        Freshness::UpToDate(output) if !present(&output) => {
-            Freshness::Changed(vec!["outputs missing".into()])
-        }
-        other => other,
-    };
-    let (output, outcome) = match freshness {
-        Freshness::UpToDate(output) => {
-            ctx.ui
-                .step(stage.name(), "up to date (cache key unchanged), skipped");
-            (output, Outcome::Cached)
-        }
-        freshness => {
-            match freshness {
-                Freshness::Changed(names) => ctx
-                    .ui
-                    .step(stage.name(), format!("inputs changed: {}", names.join(", "))),
-                _ => ctx.ui.step(stage.name(), "no previous result, running"),
-            }
-            invalidate(&dir)?;
-            let output = body(&dir).with_context(|| format!("stage `{stage}` failed"))?;
-            write_stamp(&dir, key, &output)?;
-            (output, Outcome::Ran)
-        }
-    };
-    report.stages.push(StageReport {
-        stage,
-        outcome,
-        key: key.digest(),
-        seconds: started.elapsed().as_secs_f64(),
-        output: serde_json::to_value(&output)?,
-    });
-    Ok(output)
-}
-
 /// The kconfig stage's cache key: everything that can change the final `.config`.
 fn kconfig_key(ctx: &Context, source: &SourceTree, toolchain: &str, make_env: &MakeEnv) -> Result<Key> {
     let recipe = &ctx.recipe;
@@ -286,7 +75,7 @@ fn kconfig_key(ctx: &Context, source: &SourceTree, toolchain: &str, make_env: &M
         .with("source", &source.sha256)
         .with("base", base)
         .with("flavor", recipe.flavor.to_string())
-        .with("allow-dropped", recipe.kernel.allow_dropped.join(","))
+        .with_value("allow-dropped", &recipe.kernel.allow_dropped)
         .with("toolchain", toolchain)
         .with("make", make_env.key_text());
     for (name, text) in read_fragments(recipe)? {
@@ -317,17 +106,19 @@ pub fn run(ctx: &Context, until: Stage, report: &mut PipelineReport) -> Result<(
         .step("fetch", format!("kernel source: {}", ctx.recipe.kernel.source));
     let fetched: Fetched = fetch::fetch(&ctx.recipe.kernel.source, &ctx.cache, &ctx.fetch_options, &ctx.ui)
         .context("stage `fetch` failed")?;
-    report.stages.push(StageReport {
-        stage: Stage::Fetch,
-        outcome: if fetched.cached {
-            Outcome::Cached
-        } else {
-            Outcome::Ran
-        },
-        key: fetched.sha256.clone(),
-        seconds: started.elapsed().as_secs_f64(),
-        output: serde_json::to_value(&fetched)?,
-    });
+    let outcome = if fetched.cached {
+        Outcome::Cached
+    } else {
+        Outcome::Ran
+    };
+    record(
+        &mut report.stages,
+        Stage::Fetch,
+        outcome,
+        fetched.sha256.clone(),
+        started,
+        &fetched,
+    )?;
     if until == Stage::Fetch {
         return Ok(());
     }
@@ -338,10 +129,7 @@ pub fn run(ctx: &Context, until: Stage, report: &mut PipelineReport) -> Result<(
     let toolchain = kernel::toolchain_id()?;
     let build_dir = kernel::build_dir(&ctx.work_dir, &source, &recipe.kernel.base);
     let key = kconfig_key(ctx, &source, &toolchain, &make_env)?;
-    let kconfig: KconfigOutput = run_stage(
-        ctx,
-        report,
-        Stage::Kconfig,
+    let kconfig: KconfigOutput = ctx.run(report, Stage::Kconfig)?.cached(
         &key,
         |out: &KconfigOutput| out.config.is_file() && out.build_dir.join(".config").is_file(),
         |dir| configure(recipe, &source, &build_dir, &make_env, dir, &ctx.ui),
@@ -351,10 +139,7 @@ pub fn run(ctx: &Context, until: Stage, report: &mut PipelineReport) -> Result<(
     }
 
     let key = kernel_key(&source, &kconfig, &toolchain, &make_env);
-    let kernel: KernelOutput = run_stage(
-        ctx,
-        report,
-        Stage::Kernel,
+    let kernel: KernelOutput = ctx.run(report, Stage::Kernel)?.cached(
         &key,
         |out: &KernelOutput| out.bzimage.is_file(),
         |dir| build(&source, &kconfig, &key, &make_env, &ctx.cache, dir, &ctx.ui),
@@ -375,10 +160,7 @@ pub fn run(ctx: &Context, until: Stage, report: &mut PipelineReport) -> Result<(
             ),
         )
         .with("flavor", recipe.flavor.to_string());
-    let verified: VerifyOutput = run_stage(
-        ctx,
-        report,
-        Stage::Verify,
+    let verified: VerifyOutput = ctx.run(report, Stage::Verify)?.cached(
         &key,
         |_| true,
         |dir| {
@@ -465,11 +247,11 @@ fn stage_iso(ctx: &Context, report: &mut PipelineReport, kernel: &KernelOutput) 
         RootfsBase::Debian { suite, .. } => suite.clone(),
         RootfsBase::Tarball(_) => "bookworm".to_string(),
     };
-    let list = std::fs::read_to_string(live_rootfs.join(live::PACKAGES_FILE))
-        .with_context(|| format!("reading {}", live_rootfs.join(live::PACKAGES_FILE).display()))?;
-    let mut packages = live::parse_packages(&list);
+    let list = std::fs::read_to_string(live_rootfs.join(iso::PACKAGES_FILE))
+        .with_context(|| format!("reading {}", live_rootfs.join(iso::PACKAGES_FILE).display()))?;
+    let mut packages = iso::parse_packages(&list);
     packages.extend(recipe.live.packages.iter().cloned());
-    let jitter = live::find_jitter()?;
+    let jitter = iso::find_jitter()?;
     let iso = iso_path(ctx);
     let key = Key::new()
         .with("kernel", &kernel.key)
@@ -479,8 +261,8 @@ fn stage_iso(ctx: &Context, report: &mut PipelineReport, kernel: &KernelOutput) 
         )
         .with("jitter", sha256_file(&jitter, None)?)
         .with("live-rootfs", sha256_tree(&live_rootfs)?)
-        .with("ssh-keys", recipe.live.ssh_authorized_keys.join("\n"))
-        .with("kargs", recipe.kernel.cmdline.join(" "))
+        .with_value("ssh-keys", &recipe.live.ssh_authorized_keys)
+        .with_value("kargs", &recipe.kernel.cmdline)
         .with(
             "name",
             format!("{} {} {}", recipe.name, recipe.version, recipe.flavor),
@@ -489,7 +271,7 @@ fn stage_iso(ctx: &Context, report: &mut PipelineReport, kernel: &KernelOutput) 
         .with("iso", iso.display().to_string())
         .with("format", ROOTFS_FORMAT);
     let present = |out: &IsoOutput| out.iso.is_file();
-    run_stage(ctx, report, Stage::Iso, &key, present, |dir| {
+    ctx.run(report, Stage::Iso)?.cached(&key, present, |dir| {
         let title = format!("{} {} live", recipe.name, recipe.version);
         let version_line = format!(
             "{} {}, {} flavor, kernel {}",
@@ -508,7 +290,7 @@ fn stage_iso(ctx: &Context, report: &mut PipelineReport, kernel: &KernelOutput) 
             iso: &iso,
             epoch: recipe.source_date_epoch(),
         };
-        live::build_iso(&inputs, &ctx.cache, &ctx.fetch_options, dir, &ctx.ui)
+        iso::build_iso(&inputs, &ctx.cache, &ctx.fetch_options, dir, &ctx.ui)
     })
 }
 
@@ -516,13 +298,10 @@ fn stage_boot(ctx: &Context, report: &mut PipelineReport, iso: &IsoOutput) -> Re
     let options = &ctx.boot;
     let key = Key::new()
         .with("iso", &iso.iso_sha256)
-        .with("accel", format!("{:?}", options.accel))
+        .with_value("accel", &options.accel)
         .with("jitter", options.jitter.map_or("none".into(), |s| s.to_string()))
         .with("uefi", options.uefi.to_string());
-    run_stage(
-        ctx,
-        report,
-        Stage::Boot,
+    ctx.run(report, Stage::Boot)?.cached(
         &key,
         |_| true,
         |dir| {
@@ -568,7 +347,7 @@ fn stage_rootfs(ctx: &Context, report: &mut PipelineReport, kernel: &KernelOutpu
     let mut key = Key::new()
         .with("base", &base_key)
         .with("kernel", &kernel.key)
-        .with("kargs", recipe.kernel.cmdline.join(" "))
+        .with_value("kargs", &recipe.kernel.cmdline)
         .with("flavor", recipe.flavor.to_string())
         .with("name", format!("{} {}", recipe.name, recipe.version))
         .with("busybox", sha256_file(&busybox, None)?)
@@ -579,10 +358,7 @@ fn stage_rootfs(ctx: &Context, report: &mut PipelineReport, kernel: &KernelOutpu
             sha256_tree(overlay)?,
         );
     }
-    run_stage(
-        ctx,
-        report,
-        Stage::Rootfs,
+    ctx.run(report, Stage::Rootfs)?.cached(
         &key,
         |out: &RootfsOutput| out.tree.is_dir(),
         |dir| {
@@ -645,13 +421,13 @@ fn stage_commit(
     let rootfs_key = report.stages.last().map(|s| s.key.clone()).unwrap_or_default();
     let key = Key::new()
         .with("rootfs", rootfs_key)
-        .with("metadata", format!("{metadata:?}"))
+        .with_value("metadata", &metadata)
         .with("repo", repo.display().to_string())
         .with("timestamp", recipe.source_date_epoch().to_string());
     let present = |out: &CommitOutput| {
         ostree::open(&out.repo).is_ok_and(|r| ostree::resolve(&r, &out.checksum).is_ok_and(|c| c.is_some()))
     };
-    run_stage(ctx, report, Stage::Commit, &key, present, |_| {
+    ctx.run(report, Stage::Commit)?.cached(&key, present, |_| {
         let subject = format!("{} {} ({})", recipe.name, recipe.version, recipe.flavor);
         let out = commit::commit(
             &repo,
@@ -702,57 +478,18 @@ fn stage_tag(
         out.commit,
         if out.signed { " (GPG signed)" } else { "" }
     ));
-    report.stages.push(StageReport {
-        stage: Stage::Tag,
-        outcome: if out.previous.as_deref() == Some(out.commit.as_str()) {
-            Outcome::Cached
-        } else {
-            Outcome::Ran
-        },
-        key: out.commit.clone(),
-        seconds: started.elapsed().as_secs_f64(),
-        output: serde_json::to_value(&out)?,
-    });
+    let outcome = if out.previous.as_deref() == Some(out.commit.as_str()) {
+        Outcome::Cached
+    } else {
+        Outcome::Ran
+    };
+    record(
+        &mut report.stages,
+        Stage::Tag,
+        outcome,
+        out.commit.clone(),
+        started,
+        &out,
+    )?;
     Ok(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn key_digest_and_changes() {
-        let a = Key::new().with("source", "x").with("config", "y");
-        let b = Key::new()
-            .with("source", "x")
-            .with("config", "z")
-            .with("gcc", "12");
-        assert_ne!(a.digest(), b.digest());
-        assert_eq!(
-            a.digest(),
-            Key::new().with("config", "y").with("source", "x").digest()
-        );
-        assert_eq!(b.changed_since(&a), vec!["config".to_string(), "gcc".to_string()]);
-        let long = Key::new().with("config", "c".repeat(300));
-        assert!(long.inputs["config"].starts_with("sha256:"));
-    }
-
-    #[test]
-    fn stamps() {
-        let dir = tempfile::tempdir().unwrap();
-        let key = Key::new().with("a", "1");
-        assert!(matches!(check_stamp::<u32>(dir.path(), &key), Freshness::Missing));
-        write_stamp(dir.path(), &key, &7u32).unwrap();
-        assert!(matches!(
-            check_stamp::<u32>(dir.path(), &key),
-            Freshness::UpToDate(7)
-        ));
-        let changed = Key::new().with("a", "2");
-        match check_stamp::<u32>(dir.path(), &changed) {
-            Freshness::Changed(names) => assert_eq!(names, vec!["a".to_string()]),
-            _ => panic!("expected a change"),
-        }
-        invalidate(dir.path()).unwrap();
-        assert!(matches!(check_stamp::<u32>(dir.path(), &key), Freshness::Missing));
-    }
 }

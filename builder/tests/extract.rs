@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::Path;
 
 use common::files_under;
-use imgbuild::extract::{ExtractOptions, UnsafeEntry, extract_reader, extract_tarball};
+use imgbuild::io::extract::{ExtractOptions, UnsafeEntry, extract_reader, extract_tarball};
 use imgbuild::ui::Ui;
 
 /// Appends an entry with a raw name, bypassing the tar crate's own path checks.

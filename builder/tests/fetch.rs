@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use common::{HttpServer, Reply, files_under, sha256_hex};
 use imgbuild::cache::Cache;
-use imgbuild::fetch::{ChecksumMismatch, FetchOptions, fetch};
 use imgbuild::recipe::Source;
+use imgbuild::stages::fetch::{ChecksumMismatch, FetchOptions, fetch};
 use imgbuild::ui::Ui;
 
 fn body() -> Vec<u8> {
@@ -29,7 +29,7 @@ fn fetch_from(
     sha256: &str,
     cache: &Cache,
     attempts: u32,
-) -> anyhow::Result<imgbuild::fetch::Fetched> {
+) -> anyhow::Result<imgbuild::stages::fetch::Fetched> {
     let source = Source::Url {
         url: server.url.clone(),
         sha256: sha256.to_string(),
@@ -135,7 +135,7 @@ fn debian_linux_source_is_6_12() {
         package: "linux-source-6.12".into(),
     };
     let fetched = fetch(&source, &cache, &FetchOptions::default(), &Ui::plain()).unwrap();
-    let mut archive = tar::Archive::new(imgbuild::extract::open_archive(&fetched.path).unwrap());
+    let mut archive = tar::Archive::new(imgbuild::io::extract::open_archive(&fetched.path).unwrap());
     let mut makefile = None;
     for entry in archive.entries().unwrap() {
         let mut entry = entry.unwrap();

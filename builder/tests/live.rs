@@ -2,7 +2,7 @@
 
 use std::process::Command;
 
-use imgbuild::live::pin_efi_serial;
+use imgbuild::stages::iso::pin_efi_serial;
 
 fn mkrescue(root: &std::path::Path, out: &std::path::Path) -> Vec<u8> {
     let status = Command::new("grub-mkrescue")

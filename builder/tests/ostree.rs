@@ -9,12 +9,12 @@ use std::process::Command;
 use ostree::gio::prelude::CancellableExt;
 
 use common::GpgKey;
-use imgbuild::commit::{self, CommitFacts};
 use imgbuild::error::{Refused, exit, exit_code};
 use imgbuild::ostree::{self as ost, CommitRequest};
 use imgbuild::recipe::Flavor;
-use imgbuild::tag::{TagRequest, required_checks, tag};
-use imgbuild::verify;
+use imgbuild::stages::commit::{self, CommitFacts};
+use imgbuild::stages::tag::{TagRequest, required_checks, tag};
+use imgbuild::stages::verify;
 
 const REF: &str = "emberrtos/x86_64/rt";
 
@@ -361,7 +361,7 @@ fn boot_check_of_a_generic_kernel_is_refused() {
     // What the console shows when Debian's generic kernel boots the live ISO.
     let console = "===IMGBUILD-KERNEL-BEGIN===\nrelease: 6.1.0-57-cloud-amd64\n\
         uname-v: #1 SMP PREEMPT_DYNAMIC Debian 6.1.192-3 (2026-11-26)\nconfig: absent\n===IMGBUILD-KERNEL-END===\n";
-    let boot = imgbuild::boot::evidence(&imgbuild::boot::parse_console(console));
+    let boot = imgbuild::stages::boot::evidence(&imgbuild::stages::boot::parse_console(console));
     let required = required_checks(true, true);
     let mut request = tag_request(&repo, &out.checksum, Flavor::Rt, &required);
     request.boot_evidence = Some(&boot);

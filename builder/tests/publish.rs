@@ -8,12 +8,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{GpgKey, StaticServer};
-use imgbuild::commit::{self, CommitFacts};
+use imgbuild::commands::publish::{LocalDir, Phase, PublishOptions, PublishReport, publish};
 use imgbuild::error::{exit, exit_code};
 use imgbuild::ostree as ost;
-use imgbuild::publish::{LocalDir, Phase, PublishOptions, PublishReport, publish};
 use imgbuild::recipe::Flavor;
-use imgbuild::tag::{TagRequest, required_checks, tag};
+use imgbuild::stages::commit::{self, CommitFacts};
+use imgbuild::stages::tag::{TagRequest, required_checks, tag};
 use imgbuild::ui::Ui;
 
 const REF: &str = "emberrtos/x86_64/rt";
@@ -89,10 +89,11 @@ fn calibration_revision(deployment: &Path) -> u8 {
 fn rt_evidence() -> rtcheck::Evidence {
     let rt = common::debian_kernel("rt");
     let mut evidence =
-        imgbuild::verify::check_artifacts(&rt.join("vmlinuz"), Some(&rt.join("config")), Some(&rt)).unwrap();
+        imgbuild::stages::verify::check_artifacts(&rt.join("vmlinuz"), Some(&rt.join("config")), Some(&rt))
+            .unwrap();
     evidence
         .checks
-        .insert(0, imgbuild::verify::config_check(42, true));
+        .insert(0, imgbuild::stages::verify::config_check(42, true));
     evidence
 }
 

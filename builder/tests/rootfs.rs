@@ -9,11 +9,11 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use common::{debian_kernel_files, repo_root, synthetic_rootfs_tarball};
-use imgbuild::rootfs::{BuildInfo, ComposeInputs, compose};
+use imgbuild::stages::rootfs::{BuildInfo, ComposeInputs, compose};
 use imgbuild::ui::Ui;
 
 /// Composes the synthetic rootfs with the Debian RT kernel and both overlays.
-pub fn composed(dir: &Path) -> imgbuild::rootfs::RootfsOutput {
+pub fn composed(dir: &Path) -> imgbuild::stages::rootfs::RootfsOutput {
     let tarball = dir.join("base.tar");
     synthetic_rootfs_tarball(&tarball);
     let kernel = debian_kernel_files("rt", dir);

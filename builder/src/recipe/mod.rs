@@ -12,7 +12,7 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::hashing::{is_sha256_hex, sha256_hex};
+use crate::io::hashing::{is_sha256_hex, sha256_hex};
 pub use locate::{Locations, Position, locate};
 
 /// A recipe error that points at the offending field.

@@ -68,7 +68,7 @@ fn valid_recipe_resolves_paths_against_its_directory() {
     );
     assert_eq!(recipe.rootfs.overlays[0], normalize(&dir.path().join("overlay")));
     assert_eq!(recipe.kernel.cmdline[1], "isolcpus=managed_irq,domain,1");
-    assert_eq!(recipe.sha256, crate::hashing::sha256_hex(&text));
+    assert_eq!(recipe.sha256, crate::io::hashing::sha256_hex(&text));
     assert_eq!(recipe.ostree.ref_name, "emberrtos/x86_64/rt");
     match &recipe.rootfs.base {
         RootfsBase::Debian { suite, variant, .. } => {

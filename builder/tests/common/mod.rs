@@ -103,7 +103,7 @@ pub fn files_under(dir: &Path) -> Vec<PathBuf> {
 }
 
 pub fn sha256_hex(data: &[u8]) -> String {
-    imgbuild::hashing::sha256_hex(data)
+    imgbuild::io::hashing::sha256_hex(data)
 }
 
 /// A cache shared by the tests of one checkout, so the kernel source is
@@ -286,7 +286,7 @@ pub fn synthetic_rootfs_tarball(dest: &Path) {
 }
 
 /// The Debian RT kernel laid out as imgbuild's kernel stage leaves it.
-pub fn debian_kernel_files(flavor: &str, dir: &Path) -> imgbuild::rootfs::KernelFiles {
+pub fn debian_kernel_files(flavor: &str, dir: &Path) -> imgbuild::stages::rootfs::KernelFiles {
     let fixture = debian_kernel(flavor);
     let package = std::fs::read_to_string(fixture.join("package")).unwrap();
     let release = package.trim().trim_start_matches("linux-image-").to_string();
@@ -297,7 +297,7 @@ pub fn debian_kernel_files(flavor: &str, dir: &Path) -> imgbuild::rootfs::Kernel
         modules.join("kernel/drivers/net/dummy.ko"),
     )
     .unwrap();
-    imgbuild::rootfs::KernelFiles {
+    imgbuild::stages::rootfs::KernelFiles {
         bzimage: fixture.join("vmlinuz"),
         config: fixture.join("config"),
         modules: Some(modules),

@@ -217,7 +217,7 @@ impl Archive {
     /// Writes the compressed archive to `path` and returns its sha256.
     pub fn write_compressed(&self, path: &Path, codec: Codec, mtime: u32) -> Result<String> {
         let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
-        let hashing = crate::hashing::HashingWriter::new(BufWriter::with_capacity(1 << 20, file));
+        let hashing = crate::io::hashing::HashingWriter::new(BufWriter::with_capacity(1 << 20, file));
         let hashing = match codec {
             Codec::Gzip => {
                 let mut encoder = flate2::GzBuilder::new()

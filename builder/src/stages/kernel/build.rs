@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 use super::config::KconfigOutput;
 use super::{MakeEnv, SourceTree};
 use crate::cache::{Cache, write_file_atomic};
-use crate::hashing::{sha256_file, sha256_hex};
-use crate::pipeline::Key;
+use crate::io::hashing::{sha256_file, sha256_hex};
+use crate::stage::Key;
 use crate::tool;
 use crate::ui::Ui;
 

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::extract::{ExtractOptions, extract_tarball};
-use crate::initramfs::{self, Archive, Data};
+use crate::io::extract::{ExtractOptions, extract_tarball};
+use crate::io::initramfs::{self, Archive, Data};
 use crate::tool;
 use crate::ui::Ui;
 

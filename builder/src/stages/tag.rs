@@ -9,11 +9,11 @@ use rtcheck::Evidence;
 use rtcheck::evidence::id;
 use serde::{Deserialize, Serialize};
 
-use crate::commit::{BOOT_EVIDENCE, evidence_of, key};
 use crate::error::Refused;
 use crate::ostree::{self, MetaValue, Metadata};
 use crate::recipe::Flavor;
-use crate::verify;
+use crate::stages::commit::{BOOT_EVIDENCE, evidence_of, key};
+use crate::stages::verify;
 
 /// The checks the gate requires for an `rt` commit.
 pub fn required_checks(with_modules: bool, with_boot: bool) -> Vec<&'static str> {

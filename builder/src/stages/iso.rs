@@ -9,12 +9,12 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use crate::cache::Cache;
-use crate::extract::{ExtractOptions, extract_tarball};
-use crate::fetch::FetchOptions;
-use crate::hashing::sha256_file;
-use crate::initramfs::{self, Archive};
+use crate::io::extract::{ExtractOptions, extract_tarball};
+use crate::io::hashing::sha256_file;
+use crate::io::initramfs::{self, Archive};
 use crate::recipe::RootfsBase;
-use crate::rootfs::{KernelFiles, base, copy_tree, overlay, tree_size};
+use crate::stages::fetch::FetchOptions;
+use crate::stages::rootfs::{KernelFiles, base, copy_tree, overlay, tree_size};
 use crate::tool;
 use crate::ui::Ui;
 
@@ -232,7 +232,7 @@ pub struct LiveInputs<'a> {
 
 /// xorriso's volume UUID format, `YYYYMMDDhhmmsscc`, from a Unix time.
 fn uuid_from_epoch(epoch: u64) -> String {
-    let t = crate::kernel::UtcTime::from_epoch(epoch);
+    let t = crate::stages::kernel::UtcTime::from_epoch(epoch);
     format!(
         "{}{:02}{:02}{:02}{:02}{:02}00",
         t.year, t.month, t.day, t.hour, t.minute, t.second

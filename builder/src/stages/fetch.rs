@@ -13,7 +13,7 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use crate::cache::{Cache, FileStamp};
-use crate::hashing::{HashingWriter, sha256_reader};
+use crate::io::hashing::{HashingWriter, sha256_reader};
 use crate::recipe::Source;
 use crate::tool;
 use crate::ui::Ui;

@@ -12,10 +12,10 @@ use glib::prelude::*;
 use ostree::gio;
 use serde::{Deserialize, Serialize};
 
-use crate::commit;
 use crate::error::Refused;
 use crate::ostree as ost;
-use crate::tag;
+use crate::stages::commit;
+use crate::stages::tag;
 use crate::ui::Ui;
 
 /// How files reach the remote. `LocalDir` serves `file://` and plain paths;
@@ -319,7 +319,7 @@ pub fn publish(
                 .get(rtcheck::evidence::id::MODULES)
                 .is_some_and(|c| c.status != rtcheck::Status::Skip);
             let required = tag::required_checks(with_modules, true);
-            crate::verify::gate("publish", &evidence, &required).map_err(|mut refused| {
+            crate::stages::verify::gate("publish", &evidence, &required).map_err(|mut refused| {
                 refused.summary = format!(
                     "{ref_name} ({commit}) is flavor rt without complete PREEMPT_RT evidence; not published"
                 );
@@ -476,7 +476,7 @@ pub fn publish(
             )
             .with_context(|| format!("generating static delta {name}"))?;
             let local_dir = source.join(&rel);
-            let delta_bytes = crate::rootfs::tree_size(&local_dir)?.0;
+            let delta_bytes = crate::stages::rootfs::tree_size(&local_dir)?.0;
             let object_bytes = objects_bytes(&repo, source, from.as_deref(), &plan.commit)?;
             if delta_bytes >= object_bytes {
                 ui.note(format!("skipped delta {name}: {delta_bytes} bytes would not save over {object_bytes} bytes of objects"));

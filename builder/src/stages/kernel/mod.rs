@@ -16,9 +16,9 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 use crate::cache::Cache;
-use crate::extract::{ExtractOptions, extract_tarball};
-use crate::fetch::Fetched;
+use crate::io::extract::{ExtractOptions, extract_tarball};
 use crate::recipe::ConfigBase;
+use crate::stages::fetch::Fetched;
 use crate::tool;
 use crate::ui::Ui;
 
@@ -88,7 +88,7 @@ pub fn build_dir(work_dir: &Path, source: &SourceTree, base: &ConfigBase) -> Pat
         ConfigBase::Target(target) => target.clone(),
         ConfigBase::File(path) => format!(
             "file-{}",
-            &crate::hashing::sha256_hex(path.to_string_lossy().as_bytes())[..12]
+            &crate::io::hashing::sha256_hex(path.to_string_lossy().as_bytes())[..12]
         ),
     };
     work_dir

@@ -7,9 +7,9 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::cache::Cache;
-use crate::fetch::{self, FetchOptions};
-use crate::hashing::sha256_hex;
+use crate::io::hashing::sha256_hex;
 use crate::recipe::RootfsBase;
+use crate::stages::fetch::{self, FetchOptions};
 use crate::tool;
 use crate::ui::Ui;
 

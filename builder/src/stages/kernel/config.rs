@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::{MakeEnv, SourceTree, deps};
 use crate::cache::write_file_atomic;
 use crate::error::Refused;
-use crate::hashing::sha256_hex;
+use crate::io::hashing::sha256_hex;
 use crate::recipe::{ConfigBase, Flavor, Recipe};
 use crate::tool;
 use crate::ui::Ui;

@@ -1,0 +1,3 @@
+//! Commands that are not pipeline stages.
+
+pub mod publish;

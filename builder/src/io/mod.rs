@@ -1,0 +1,5 @@
+//! Stage-agnostic helpers: hashing, archive extraction, initramfs writing.
+
+pub mod extract;
+pub mod hashing;
+pub mod initramfs;
