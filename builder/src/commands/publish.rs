@@ -476,7 +476,7 @@ pub fn publish(
             )
             .with_context(|| format!("generating static delta {name}"))?;
             let local_dir = source.join(&rel);
-            let delta_bytes = crate::stages::rootfs::tree_size(&local_dir)?.0;
+            let delta_bytes = crate::io::root::tree_size(&local_dir)?.0;
             let object_bytes = objects_bytes(&repo, source, from.as_deref(), &plan.commit)?;
             if delta_bytes >= object_bytes {
                 ui.note(format!("skipped delta {name}: {delta_bytes} bytes would not save over {object_bytes} bytes of objects"));

@@ -170,8 +170,10 @@ impl ImageRoot {
         .with_context(|| self.err("removing", &rel))
     }
 
-    /// Renames inside the tree; replaces a file or empty directory at `to`.
+    /// Renames inside the tree; replaces a file or empty directory at `to`,
+    /// whose parent is created when missing.
     pub fn rename(&self, from: &Path, to: &Path) -> Result<()> {
+        self.parent_of(to)?;
         self.root
             .rename(relative(from), relative(to), RenameFlags::empty())
             .with_context(|| format!("{} to /{}", self.err("moving", from), relative(to).display()))
@@ -183,7 +185,10 @@ impl ImageRoot {
         match self.root.resolve_nofollow(&rel) {
             Ok(handle) => {
                 let file = File::from(OwnedFd::from(handle));
-                Ok(Some(file.metadata().with_context(|| self.err("reading metadata of", &rel))?))
+                Ok(Some(
+                    file.metadata()
+                        .with_context(|| self.err("reading metadata of", &rel))?,
+                ))
             }
             Err(e) if is_missing(e.kind()) => Ok(None),
             Err(e) => Err(e).with_context(|| self.err("resolving", &rel)),
@@ -195,7 +200,7 @@ impl ImageRoot {
         self.root
             .resolve(relative(rel))
             .and_then(|h| h.reopen(OpenFlags::O_PATH))
-            .and_then(|f| Ok(f.metadata().is_ok_and(|m| m.is_dir())))
+            .map(|f| f.metadata().is_ok_and(|m| m.is_dir()))
             .unwrap_or(false)
     }
 
@@ -234,6 +239,13 @@ impl ImageRoot {
     /// The host path of the directory `rel` resolves to, checked to be inside
     /// the tree. For walks that read (walkdir does not follow links).
     pub fn real_dir(&self, rel: &Path) -> Result<PathBuf> {
+        if !self.is_dir(rel) {
+            bail!("{} is not a directory", self.err("path", rel));
+        }
+        self.real_dir_or_file(rel)
+    }
+
+    fn real_dir_or_file(&self, rel: &Path) -> Result<PathBuf> {
         let handle = self
             .root
             .resolve(relative(rel))
@@ -247,6 +259,13 @@ impl ImageRoot {
         Ok(real)
     }
 
+    /// The tree-relative path `rel` resolves to, links inside the tree followed.
+    pub fn resolved(&self, rel: &Path) -> Result<PathBuf> {
+        let real = self.real_dir_or_file(rel)?;
+        let top = std::fs::canonicalize(&self.path)?;
+        Ok(real.strip_prefix(&top).expect("checked inside").to_path_buf())
+    }
+
     /// Sets the owner and, unless it is a symlink, the mode of `rel` itself.
     pub fn set_attr(&self, rel: &Path, mode: u32, uid: u32, gid: u32) -> Result<()> {
         let handle = self
@@ -258,7 +277,8 @@ impl ImageRoot {
         // NUL-terminated empty string, as AT_EMPTY_PATH requires.
         let rc = unsafe { libc::fchownat(fd, c"".as_ptr(), uid, gid, libc::AT_EMPTY_PATH) };
         if rc != 0 {
-            return Err(std::io::Error::last_os_error()).with_context(|| self.err("setting the owner of", rel));
+            return Err(std::io::Error::last_os_error())
+                .with_context(|| self.err("setting the owner of", rel));
         }
         let is_link = File::from(handle.try_clone()?.as_fd().try_clone_to_owned()?)
             .metadata()?
@@ -337,7 +357,10 @@ impl ImageRoot {
         } else if file_type.is_file() {
             self.copy_in(source, dest, meta.mode() & 0o7777)?;
         } else {
-            bail!("{}: only files, directories and symlinks can be copied into an image", source.display());
+            bail!(
+                "{}: only files, directories and symlinks can be copied into an image",
+                source.display()
+            );
         }
         if relative(dest).as_os_str().is_empty() {
             return Ok(());
@@ -401,9 +424,19 @@ mod tests {
     }
 
     fn host_untouched(host: &Path) {
-        let names: Vec<_> = std::fs::read_dir(host).unwrap().map(|e| e.unwrap().file_name()).collect();
-        assert_eq!(names, vec![std::ffi::OsString::from("precious")], "host dir changed");
-        assert_eq!(std::fs::read_to_string(host.join("precious")).unwrap(), "host file\n");
+        let names: Vec<_> = std::fs::read_dir(host)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(
+            names,
+            vec![std::ffi::OsString::from("precious")],
+            "host dir changed"
+        );
+        assert_eq!(
+            std::fs::read_to_string(host.join("precious")).unwrap(),
+            "host file\n"
+        );
     }
 
     #[test]
@@ -448,7 +481,8 @@ mod tests {
         root.remove(Path::new("up/precious")).unwrap();
         std::fs::create_dir(tree.path().join("var")).unwrap();
         symlink(host.path(), tree.path().join("var/link")).unwrap();
-        root.move_contents(Path::new("var"), Path::new("usr/share/factory/var")).unwrap();
+        root.move_contents(Path::new("var"), Path::new("usr/share/factory/var"))
+            .unwrap();
         host_untouched(host.path());
         let moved = tree.path().join("usr/share/factory/var/link");
         assert!(std::fs::symlink_metadata(moved).unwrap().file_type().is_symlink());
@@ -459,9 +493,15 @@ mod tests {
     fn attrs_and_symlinks() {
         let (host, tree, root) = hostile();
         root.set_attr(Path::new("file-link"), 0o600, 0, 0).unwrap();
-        assert_eq!(std::fs::metadata(host.path().join("precious")).unwrap().mode() & 0o777, 0o644);
+        assert_eq!(
+            std::fs::metadata(host.path().join("precious")).unwrap().mode() & 0o777,
+            0o644
+        );
         root.symlink(Path::new("abs"), Path::new("usr/lib")).unwrap();
-        assert_eq!(std::fs::read_link(tree.path().join("abs")).unwrap(), PathBuf::from("usr/lib"));
+        assert_eq!(
+            std::fs::read_link(tree.path().join("abs")).unwrap(),
+            PathBuf::from("usr/lib")
+        );
         root.create_dir_all(Path::new("d/e"), 0o750).unwrap();
         root.set_mode(Path::new("d/e"), 0o700).unwrap();
         assert!(root.is_dir(Path::new("d/e")));
@@ -477,10 +517,12 @@ mod tests {
         assert_eq!(root.read(Path::new("abs-inside")).unwrap(), b"in");
         // `file-link` points at the host's file; inside the tree it dangles.
         assert!(root.read(Path::new("file-link")).is_err());
-        assert!(root.real_dir(Path::new("abs")).is_err() || {
-            let d = root.real_dir(Path::new("abs")).unwrap();
-            d.starts_with(std::fs::canonicalize(tree.path()).unwrap())
-        });
+        assert!(
+            root.real_dir(Path::new("abs")).is_err() || {
+                let d = root.real_dir(Path::new("abs")).unwrap();
+                d.starts_with(std::fs::canonicalize(tree.path()).unwrap())
+            }
+        );
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! and `live-image/rootfs`) is the initramfs of the verified kernel, in a
 //! hybrid BIOS + UEFI ISO made by grub-mkrescue.
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
@@ -12,9 +13,10 @@ use crate::cache::Cache;
 use crate::io::extract::{ExtractOptions, extract_tarball};
 use crate::io::hashing::sha256_file;
 use crate::io::initramfs::{self, Archive};
+use crate::io::root::{ImageRoot, tree_size};
 use crate::recipe::RootfsBase;
 use crate::stages::fetch::FetchOptions;
-use crate::stages::rootfs::{KernelFiles, base, copy_tree, overlay, tree_size};
+use crate::stages::rootfs::{KernelFiles, base, overlay};
 use crate::tool;
 use crate::ui::Ui;
 
@@ -90,38 +92,41 @@ menuentry "{title}: run jitter 300 and power off" {{
     )
 }
 
+/// The tree paths a trim pattern names (`dir/prefix*` or an exact path).
+fn trim_targets(root: &ImageRoot, pattern: &str) -> Result<Vec<PathBuf>> {
+    let Some(prefix) = pattern.strip_suffix('*') else {
+        return Ok(vec![PathBuf::from(pattern)]);
+    };
+    let (dir, start) = prefix.rsplit_once('/').unwrap_or(("", prefix));
+    if !root.is_dir(Path::new(dir)) {
+        return Ok(Vec::new());
+    }
+    Ok(root
+        .list(Path::new(dir))?
+        .into_iter()
+        .filter(|name| name.to_string_lossy().starts_with(start))
+        .map(|name| Path::new(dir).join(name))
+        .collect())
+}
+
 /// Removes what a RAM image does not need; returns the bytes freed.
 /// Directories stay (empty), so paths packages expect still exist.
-pub fn trim(root: &Path) -> Result<u64> {
+pub fn trim(root: &ImageRoot) -> Result<u64> {
     let mut freed = 0;
     for pattern in TRIM {
-        let targets: Vec<PathBuf> = match pattern.strip_suffix('*') {
-            Some(prefix) => {
-                let (dir, start) = prefix.rsplit_once('/').unwrap_or(("", prefix));
-                match std::fs::read_dir(root.join(dir)) {
-                    Ok(entries) => entries
-                        .filter_map(Result::ok)
-                        .filter(|e| e.file_name().to_string_lossy().starts_with(start))
-                        .map(|e| e.path())
-                        .collect(),
-                    Err(_) => Vec::new(),
-                }
-            }
-            None => vec![root.join(pattern)],
-        };
-        for target in targets {
-            let Ok(meta) = std::fs::symlink_metadata(&target) else {
+        for target in trim_targets(root, pattern)? {
+            let Some(meta) = root.symlink_metadata(&target)? else {
                 continue;
             };
             if meta.is_dir() {
-                freed += tree_size(&target)?.0;
-                std::fs::remove_dir_all(&target).with_context(|| format!("removing {}", target.display()))?;
+                freed += tree_size(&root.real_dir(&target)?)?.0;
+                root.remove(&target)?;
                 if !pattern.ends_with('*') {
-                    std::fs::create_dir_all(&target)?;
+                    root.create_dir_all(&target, meta.mode() & 0o7777)?;
                 }
             } else {
                 freed += meta.len();
-                std::fs::remove_file(&target).with_context(|| format!("removing {}", target.display()))?;
+                root.remove(&target)?;
             }
         }
     }
@@ -239,6 +244,36 @@ fn uuid_from_epoch(epoch: u64) -> String {
     )
 }
 
+/// Puts the kernel modules, the live files, jitter, the SSH keys and the
+/// version line into the live root.
+fn install_live_files(root: &ImageRoot, inputs: &LiveInputs) -> Result<()> {
+    if let Some(modules) = &inputs.kernel.modules {
+        root.copy_tree_in(
+            modules,
+            &Path::new("usr/lib/modules").join(&inputs.kernel.release),
+        )?;
+    }
+    overlay::apply(inputs.live_rootfs, root).context("applying the live rootfs files")?;
+    root.remove(Path::new(PACKAGES_FILE))?;
+    if !root.is_file(Path::new("init")) {
+        bail!(
+            "{} has no `init`: the live rootfs needs one",
+            inputs.live_rootfs.display()
+        );
+    }
+    root.copy_in(inputs.jitter, Path::new("usr/bin/jitter"), 0o755)?;
+    root.remove(Path::new("root/.ssh"))?;
+    root.create_dir_all(Path::new("root/.ssh"), 0o700)?;
+    let keys: String = inputs
+        .ssh_authorized_keys
+        .iter()
+        .map(|key| format!("{key}\n"))
+        .collect();
+    root.write(Path::new("root/.ssh/authorized_keys"), keys.as_bytes(), 0o600)?;
+    let version = format!("{}\n", inputs.version_line);
+    root.write(Path::new("etc/emberrtos/live-version"), version.as_bytes(), 0o644)
+}
+
 /// Builds the live ISO at `inputs.iso`.
 pub fn build_iso(
     inputs: &LiveInputs,
@@ -256,13 +291,13 @@ pub fn build_iso(
     };
     let base = base::obtain(&base_spec, cache, fetch_options, inputs.epoch, ui)?;
 
-    let root = stage_dir.join("live-root");
-    if root.exists() {
-        std::fs::remove_dir_all(&root)?;
+    let live_root = stage_dir.join("live-root");
+    if live_root.exists() {
+        std::fs::remove_dir_all(&live_root)?;
     }
     extract_tarball(
         &base.path,
-        &root,
+        &live_root,
         ExtractOptions {
             preserve_owners: true,
             skip_special_files: true,
@@ -270,41 +305,10 @@ pub fn build_iso(
         },
         ui,
     )?;
+    let root = ImageRoot::open(&live_root)?;
     let trimmed_bytes = trim(&root)?;
-    if let Some(modules) = &inputs.kernel.modules {
-        let dest = root.join("usr/lib/modules").join(&inputs.kernel.release);
-        std::fs::create_dir_all(&dest)?;
-        copy_tree(modules, &dest)?;
-    }
-    overlay::apply(inputs.live_rootfs, &root).context("applying the live rootfs files")?;
-    let _ = std::fs::remove_file(root.join(PACKAGES_FILE));
-    if !root.join("init").is_file() {
-        bail!(
-            "{} has no `init`: the live rootfs needs one",
-            inputs.live_rootfs.display()
-        );
-    }
-    let bin = root.join("usr/bin/jitter");
-    std::fs::copy(inputs.jitter, &bin).with_context(|| format!("copying {}", inputs.jitter.display()))?;
-    std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
-    let ssh = root.join("root/.ssh");
-    std::fs::create_dir_all(&ssh)?;
-    std::fs::set_permissions(&ssh, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
-    let mut keys = inputs.ssh_authorized_keys.join("\n");
-    if !keys.is_empty() {
-        keys.push('\n');
-    }
-    std::fs::write(ssh.join("authorized_keys"), keys)?;
-    std::fs::set_permissions(
-        ssh.join("authorized_keys"),
-        std::os::unix::fs::PermissionsExt::from_mode(0o600),
-    )?;
-    std::fs::create_dir_all(root.join("etc/emberrtos"))?;
-    std::fs::write(
-        root.join("etc/emberrtos/live-version"),
-        format!("{}\n", inputs.version_line),
-    )?;
-    let live_rootfs_bytes = tree_size(&root)?.0;
+    install_live_files(&root, inputs)?;
+    let live_rootfs_bytes = root.size()?.0;
 
     let iso_root = stage_dir.join("iso-root");
     if iso_root.exists() {
@@ -314,7 +318,7 @@ pub fn build_iso(
     let config = rtcheck::kconfig::Config::parse(&std::fs::read_to_string(&inputs.kernel.config)?)?;
     let codec = initramfs::codec_for(&config)?;
     let mut archive = Archive::new();
-    let entries = archive.add_tree(&root, "")?;
+    let entries = archive.add_tree(root.path(), "")?;
     let initrd = iso_root.join("boot/initrd.img");
     ui.note(format!(
         "initramfs: {entries} entries, {} MiB before {codec:?}",
@@ -359,7 +363,7 @@ pub fn build_iso(
         .with_context(|| format!("moving the ISO to {}", inputs.iso.display()))?;
     let iso_sha256 = sha256_file(inputs.iso, None)?;
     let iso_bytes = inputs.iso.metadata()?.len();
-    std::fs::remove_dir_all(&root).ok();
+    std::fs::remove_dir_all(&live_root).ok();
     ui.note(format!(
         "ISO {} ({} MiB, sha256 {iso_sha256}); initramfs {} MiB (sha256 {initramfs_sha256})",
         inputs.iso.display(),
@@ -419,11 +423,80 @@ mod tests {
         std::fs::write(root.join("usr/bin/python3.11"), "z").unwrap();
         std::fs::write(root.join("usr/bin/cyclictest"), "keep").unwrap();
         std::fs::write(root.join("usr/lib/x86_64-linux-gnu/libperl.so.5.36"), "p").unwrap();
-        assert_eq!(trim(root).unwrap(), 100 + 50 + 1 + 1);
+        assert_eq!(trim(&ImageRoot::open(root).unwrap()).unwrap(), 100 + 50 + 1 + 1);
         assert!(root.join("usr/share/doc").is_dir());
         assert!(!root.join("usr/lib/python3.11").exists());
         assert!(!root.join("usr/bin/python3.11").exists());
         assert!(root.join("usr/bin/cyclictest").is_file());
+    }
+
+    /// A base whose `usr/share` points at the host's must not make trim
+    /// delete the host's documentation.
+    #[test]
+    fn trim_never_removes_through_links_out_of_the_tree() {
+        let host = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(host.path().join("doc/pkg")).unwrap();
+        std::fs::write(host.path().join("doc/pkg/copyright"), "host").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("usr")).unwrap();
+        std::os::unix::fs::symlink(host.path(), dir.path().join("usr/share")).unwrap();
+        let _ = trim(&ImageRoot::open(dir.path()).unwrap());
+        assert_eq!(
+            std::fs::read_to_string(host.path().join("doc/pkg/copyright")).unwrap(),
+            "host"
+        );
+    }
+
+    /// `root -> /root` in a hostile base must not let the live image's keys
+    /// overwrite the host's authorized_keys.
+    #[test]
+    fn authorized_keys_stay_in_the_live_root() {
+        let host = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(host.path().join(".ssh")).unwrap();
+        std::fs::write(host.path().join(".ssh/authorized_keys"), "host key\n").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let (live, files) = (dir.path().join("live"), dir.path().join("files"));
+        std::fs::create_dir_all(&live).unwrap();
+        std::os::unix::fs::symlink(host.path(), live.join("root")).unwrap();
+        std::fs::create_dir_all(&files).unwrap();
+        std::fs::write(files.join("init"), "#!/bin/sh\n").unwrap();
+        let jitter = dir.path().join("jitter");
+        std::fs::write(&jitter, "elf").unwrap();
+        let kernel = KernelFiles {
+            bzimage: jitter.clone(),
+            config: jitter.clone(),
+            modules: None,
+            release: "6.12.0".into(),
+        };
+        let keys = vec![
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBaVYvvKa2Lk9JcHVrFYd1sDQkKsYYQbnjs2+7A2mS+j ops"
+                .to_string(),
+        ];
+        let inputs = LiveInputs {
+            title: "t",
+            version_line: "v",
+            suite: "bookworm",
+            packages: Vec::new(),
+            live_rootfs: &files,
+            kernel: &kernel,
+            kargs: &[],
+            ssh_authorized_keys: &keys,
+            jitter: &jitter,
+            iso: &dir.path().join("x.iso"),
+            epoch: 0,
+        };
+        // `root` dangles inside the tree: refused, or written inside; never the host's file.
+        let result = install_live_files(&ImageRoot::open(&live).unwrap(), &inputs);
+        assert_eq!(
+            std::fs::read_to_string(host.path().join(".ssh/authorized_keys")).unwrap(),
+            "host key\n"
+        );
+        assert!(result.is_err(), "a dangling /root was written through");
+        // With a real /root the keys land in the live root.
+        std::fs::remove_file(live.join("root")).unwrap();
+        install_live_files(&ImageRoot::open(&live).unwrap(), &inputs).unwrap();
+        let written = std::fs::read_to_string(live.join("root/.ssh/authorized_keys")).unwrap();
+        assert!(written.starts_with("ssh-ed25519 "), "{written}");
     }
 
     #[test]

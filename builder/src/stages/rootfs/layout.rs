@@ -11,10 +11,12 @@
 //! - `/sysroot`, `/boot`, `/dev`, `/proc`, `/sys`, `/run`, `/tmp` are empty.
 
 use std::fmt::Write as _;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
+
+use crate::io::root::ImageRoot;
 
 pub const TMPFILES: &str = "usr/lib/tmpfiles.d/imgbuild-var.conf";
 pub const FACTORY_VAR: &str = "usr/share/factory/var";
@@ -51,95 +53,82 @@ pub struct LayoutReport {
     pub factory_files: usize,
 }
 
-fn empty_dir(path: &Path, mode: u32) -> Result<()> {
-    match std::fs::symlink_metadata(path) {
-        Ok(meta) if meta.is_dir() => {
-            for entry in std::fs::read_dir(path)? {
-                let entry = entry?;
-                if entry.file_type()?.is_dir() {
-                    std::fs::remove_dir_all(entry.path())?;
-                } else {
-                    std::fs::remove_file(entry.path())?;
-                }
-            }
-        }
-        Ok(_) => {
-            std::fs::remove_file(path)?;
-            std::fs::create_dir(path)?;
-        }
-        Err(_) => std::fs::create_dir_all(path)?,
-    }
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-        .with_context(|| format!("setting the mode of {}", path.display()))
-}
-
-/// Moves the contents of `from` into `to` (merging directories).
-fn move_contents(from: &Path, to: &Path) -> Result<()> {
-    std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
-        let entry = entry?;
-        let dest = to.join(entry.file_name());
-        if entry.file_type()?.is_dir() && dest.is_dir() {
-            move_contents(&entry.path(), &dest)?;
-            std::fs::remove_dir(entry.path())?;
-        } else {
-            std::fs::rename(entry.path(), &dest)
-                .with_context(|| format!("moving {} to {}", entry.path().display(), dest.display()))?;
-        }
-    }
-    Ok(())
-}
-
-fn symlink_replacing(target: &str, link: &Path) -> Result<()> {
-    match std::fs::symlink_metadata(link) {
-        Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(link)?,
-        Ok(_) => std::fs::remove_file(link)?,
-        Err(_) => {}
-    }
-    if let Some(parent) = link.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    std::os::unix::fs::symlink(target, link).with_context(|| format!("creating symlink {}", link.display()))
-}
-
-/// Converts `root` in place.
-pub fn convert(root: &Path) -> Result<LayoutReport> {
-    let usr_etc = root.join("usr/etc");
-    if usr_etc.exists() {
+/// Converts the tree in place.
+pub fn convert(root: &ImageRoot) -> Result<LayoutReport> {
+    if root.symlink_metadata(Path::new("usr/etc"))?.is_some() {
         bail!(
-            "{} already exists: the tree is already in ostree layout",
-            usr_etc.display()
+            "{}/usr/etc already exists: the tree is already in ostree layout",
+            root.path().display()
         );
     }
-    if root.join("etc").is_dir() {
-        std::fs::rename(root.join("etc"), &usr_etc).context("moving /etc to /usr/etc")?;
+    if root
+        .symlink_metadata(Path::new("etc"))?
+        .is_some_and(|m| m.is_dir())
+    {
+        root.rename(Path::new("etc"), Path::new("usr/etc"))
+            .context("moving /etc to /usr/etc")?;
     }
-    std::fs::create_dir_all(root.join("var"))?;
+    if !root
+        .symlink_metadata(Path::new("var"))?
+        .is_some_and(|m| m.is_dir())
+    {
+        root.remove(Path::new("var"))?;
+        root.create_dir_all(Path::new("var"), 0o755)?;
+    }
     for (path, target, var_name) in VAR_LINKS {
-        let dir = root.join(path);
-        let meta = std::fs::symlink_metadata(&dir);
-        if meta.as_ref().is_ok_and(|m| m.is_dir()) {
-            let in_var = root.join("var").join(var_name);
-            move_contents(&dir, &in_var)?;
-            let mode = meta.expect("checked").mode() & 0o7777;
-            std::fs::set_permissions(&in_var, std::fs::Permissions::from_mode(mode))?;
+        let dir = Path::new(path);
+        if let Some(meta) = root.symlink_metadata(dir)?.filter(|m| m.is_dir()) {
+            let in_var = Path::new("var").join(var_name);
+            root.move_contents(dir, &in_var)?;
+            root.set_mode(&in_var, meta.mode() & 0o7777)?;
         }
-        symlink_replacing(target, &dir)?;
+        root.symlink(dir, Path::new(target))?;
     }
-    symlink_replacing("run/media", &root.join("media"))?;
-    symlink_replacing("sysroot/ostree", &root.join("ostree"))?;
+    root.symlink(Path::new("media"), Path::new("run/media"))?;
+    root.symlink(Path::new("ostree"), Path::new("sysroot/ostree"))?;
 
     let report = move_var_to_factory(root)?;
     for (dir, mode) in EMPTY_DIRS {
-        empty_dir(&root.join(dir), *mode)?;
+        root.empty_dir(Path::new(dir), *mode)?;
     }
     Ok(report)
 }
 
+/// One tmpfiles.d line recreating `/var/<rel>`, or None for runtime state
+/// (sockets, FIFOs). Regular files are moved into the factory first.
+fn factory_entry(
+    root: &ImageRoot,
+    rel: &Path,
+    meta: &std::fs::Metadata,
+    report: &mut LayoutReport,
+) -> Result<Option<String>> {
+    let var_rel = Path::new("var").join(rel);
+    let target = Path::new("/").join(&var_rel);
+    let (uid, gid) = (meta.uid(), meta.gid());
+    let line = if meta.file_type().is_symlink() {
+        let link = root.read_link(&var_rel)?;
+        format!("L {} - - - - {}", target.display(), link.display())
+    } else if meta.is_dir() {
+        format!(
+            "d {} {:04o} {uid} {gid} -",
+            target.display(),
+            meta.mode() & 0o7777
+        )
+    } else if meta.is_file() {
+        let dest = Path::new(FACTORY_VAR).join(rel);
+        root.create_dir_all(dest.parent().expect("has a parent"), 0o755)?;
+        root.rename(&var_rel, &dest)?;
+        report.factory_files += 1;
+        format!("C {} - - - - /{}", target.display(), dest.display())
+    } else {
+        return Ok(None);
+    };
+    Ok(Some(line))
+}
+
 /// Moves `/var` into the factory and writes the tmpfiles.d entries.
-fn move_var_to_factory(root: &Path) -> Result<LayoutReport> {
-    let var = root.join("var");
-    let factory = root.join(FACTORY_VAR);
+fn move_var_to_factory(root: &ImageRoot) -> Result<LayoutReport> {
+    let var = root.real_dir(Path::new("var"))?;
     let mut lines = String::from(
         "# Generated by imgbuild: recreates /var, which an ostree commit leaves empty.\n\
          # Files come from /usr/share/factory/var.\n",
@@ -156,39 +145,12 @@ fn move_var_to_factory(root: &Path) -> Result<LayoutReport> {
         entries.push((rel, entry.path().symlink_metadata()?));
     }
     for (rel, meta) in &entries {
-        let target = Path::new("/var").join(rel);
-        let owner = |m: &std::fs::Metadata| (m.uid(), m.gid());
-        let (uid, gid) = owner(meta);
-        if meta.file_type().is_symlink() {
-            let link = std::fs::read_link(var.join(rel))?;
-            writeln!(lines, "L {} - - - - {}", target.display(), link.display())?;
-        } else if meta.is_dir() {
-            writeln!(
-                lines,
-                "d {} {:04o} {uid} {gid} -",
-                target.display(),
-                meta.mode() & 0o7777
-            )?;
-        } else if meta.is_file() {
-            let dest = factory.join(rel);
-            std::fs::create_dir_all(dest.parent().expect("has a parent"))?;
-            std::fs::rename(var.join(rel), &dest)?;
-            writeln!(
-                lines,
-                "C {} - - - - {}",
-                target.display(),
-                Path::new("/").join(FACTORY_VAR).join(rel).display()
-            )?;
-            report.factory_files += 1;
-        } else {
-            // Sockets and FIFOs under /var are runtime state; recreate nothing.
-            continue;
+        if let Some(line) = factory_entry(root, rel, meta, &mut report)? {
+            writeln!(lines, "{line}")?;
+            report.tmpfiles_entries += 1;
         }
-        report.tmpfiles_entries += 1;
     }
-    let tmpfiles = root.join(TMPFILES);
-    std::fs::create_dir_all(tmpfiles.parent().expect("has a parent"))?;
-    std::fs::write(&tmpfiles, lines)?;
+    root.write(Path::new(TMPFILES), lines.as_bytes(), 0o644)?;
     Ok(report)
 }
 
@@ -218,9 +180,13 @@ mod tests {
         std::fs::write(root.join("root/.profile"), "PS1=#\n").unwrap();
         std::fs::write(root.join("boot/vmlinuz-old"), "k").unwrap();
         std::os::unix::fs::symlink("/run/lock", root.join("var/lock")).unwrap();
-        std::fs::set_permissions(root.join("root"), std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::fs::set_permissions(
+            root.join("root"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )
+        .unwrap();
 
-        let report = convert(root).unwrap();
+        let report = convert(&ImageRoot::open(root).unwrap()).unwrap();
         assert_eq!(
             std::fs::read_to_string(root.join("usr/etc/hostname")).unwrap(),
             "ember\n"
@@ -259,6 +225,49 @@ mod tests {
             0o1777
         );
         // Converting twice is refused rather than mangling the tree.
-        assert!(convert(root).is_err());
+        assert!(convert(&ImageRoot::open(root).unwrap()).is_err());
+    }
+
+    /// Links in a hostile base tree (`var -> /host/dir`, `root -> /root`,
+    /// `home -> ../../..`) must never move host files into the image or
+    /// write onto the host.
+    #[test]
+    fn links_out_of_the_tree_never_reach_the_host() {
+        let host = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(host.path().join("lib")).unwrap();
+        std::fs::write(host.path().join("lib/secret"), "host\n").unwrap();
+        std::fs::write(host.path().join(".profile"), "host\n").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("etc")).unwrap();
+        std::os::unix::fs::symlink(host.path(), root.join("var")).unwrap();
+        std::os::unix::fs::symlink(host.path(), root.join("root")).unwrap();
+        std::os::unix::fs::symlink("../../../../../../..", root.join("home")).unwrap();
+
+        convert(&ImageRoot::open(root).unwrap()).unwrap();
+
+        let mut left: Vec<_> = walkdir::WalkDir::new(host.path())
+            .min_depth(1)
+            .into_iter()
+            .map(|e| e.unwrap().path().strip_prefix(host.path()).unwrap().to_path_buf())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            vec![
+                PathBuf::from(".profile"),
+                PathBuf::from("lib"),
+                PathBuf::from("lib/secret")
+            ]
+        );
+        assert!(
+            !root.join(FACTORY_VAR).join("lib/secret").exists(),
+            "a host file was moved into the image"
+        );
+        assert!(std::fs::symlink_metadata(root.join("var")).unwrap().is_dir());
+        assert_eq!(
+            std::fs::read_link(root.join("root")).unwrap(),
+            PathBuf::from("var/roothome")
+        );
     }
 }

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::io::extract::{ExtractOptions, extract_tarball};
 use crate::io::initramfs::{self, Archive, Data};
+use crate::io::root::ImageRoot;
 use crate::tool;
 use crate::ui::Ui;
 
@@ -81,37 +82,16 @@ pub fn static_busybox() -> Result<PathBuf> {
     Ok(path)
 }
 
-/// Copies a directory tree, keeping modes, owners and symlinks.
-pub fn copy_tree(from: &Path, to: &Path) -> Result<u64> {
-    use std::os::unix::fs::MetadataExt;
-    let mut copied = 0;
-    for entry in walkdir::WalkDir::new(from).sort_by_file_name() {
-        let entry = entry.with_context(|| format!("walking {}", from.display()))?;
-        let dest = to.join(entry.path().strip_prefix(from).expect("inside"));
-        let meta = entry.path().symlink_metadata()?;
-        if meta.file_type().is_symlink() {
-            std::os::unix::fs::symlink(std::fs::read_link(entry.path())?, &dest)?;
-        } else if meta.is_dir() {
-            std::fs::create_dir_all(&dest)?;
-            std::fs::set_permissions(&dest, meta.permissions())?;
-        } else {
-            std::fs::copy(entry.path(), &dest)
-                .with_context(|| format!("copying {}", entry.path().display()))?;
-            copied += 1;
-        }
-        std::os::unix::fs::lchown(&dest, Some(meta.uid()), Some(meta.gid())).ok();
-    }
-    Ok(copied)
-}
-
-fn install_kernel(root: &Path, kernel: &KernelFiles) -> Result<PathBuf> {
-    let modules_dir = root.join("usr/lib/modules").join(&kernel.release);
-    std::fs::create_dir_all(&modules_dir)?;
+fn install_kernel(root: &ImageRoot, kernel: &KernelFiles) -> Result<PathBuf> {
+    let modules_dir = Path::new("usr/lib/modules").join(&kernel.release);
+    root.create_dir_all(&modules_dir, 0o755)?;
     if let Some(modules) = &kernel.modules {
-        copy_tree(modules, &modules_dir)?;
+        root.copy_tree_in(modules, &modules_dir)?;
     }
-    std::fs::copy(&kernel.bzimage, modules_dir.join("vmlinuz")).context("installing vmlinuz")?;
-    std::fs::copy(&kernel.config, modules_dir.join("config")).context("installing the kernel config")?;
+    root.copy_in(&kernel.bzimage, &modules_dir.join("vmlinuz"), 0o644)
+        .context("installing vmlinuz")?;
+    root.copy_in(&kernel.config, &modules_dir.join("config"), 0o644)
+        .context("installing the kernel config")?;
     Ok(modules_dir)
 }
 
@@ -140,24 +120,39 @@ pub fn boot_initramfs(root: &Path, busybox: &Path) -> Result<Archive> {
     Ok(archive)
 }
 
-/// Bytes and number of the regular files under `root`.
-pub fn tree_size(root: &Path) -> Result<(u64, u64)> {
-    let (mut bytes, mut files) = (0, 0);
-    for entry in walkdir::WalkDir::new(root) {
-        let entry = entry?;
-        if entry.file_type().is_file() {
-            bytes += entry.metadata()?.len();
-            files += 1;
-        }
-    }
-    Ok((bytes, files))
+/// Installs the kernel, its modules and the boot initramfs; returns the
+/// initramfs sha256.
+fn install_kernel_and_initramfs(root: &ImageRoot, inputs: &ComposeInputs, ui: &Ui) -> Result<String> {
+    let modules_dir = install_kernel(root, inputs.kernel)?;
+    let config = rtcheck::kconfig::Config::parse(&std::fs::read_to_string(&inputs.kernel.config)?)?;
+    let codec = initramfs::codec_for(&config)?;
+    let initramfs = boot_initramfs(root.path(), inputs.busybox)?;
+    let staged = tempfile::NamedTempFile::new()?;
+    let sha256 = initramfs.write_compressed(staged.path(), codec, inputs.epoch as u32)?;
+    root.copy_in(staged.path(), &modules_dir.join("initramfs.img"), 0o644)?;
+    ui.note(format!(
+        "boot initramfs: {} entries, {codec:?}, sha256 {sha256}",
+        initramfs.len()
+    ));
+    Ok(sha256)
 }
 
+/// The kernel arguments and build facts tools on the device read.
+fn write_build_facts(root: &ImageRoot, inputs: &ComposeInputs) -> Result<()> {
+    let kargs: String = inputs.kargs.iter().map(|k| format!("{k}\n")).collect();
+    root.write(Path::new(KARGS_FILE), kargs.as_bytes(), 0o644)?;
+    let info = serde_json::to_string_pretty(inputs.info)? + "\n";
+    root.write(Path::new(BUILD_INFO_FILE), info.as_bytes(), 0o644)
+}
+
+/// Removes a work-dir path (not inside an image tree); links are not followed.
 fn remove_if_exists(path: &Path) -> Result<()> {
-    if std::fs::symlink_metadata(path).is_ok() {
-        std::fs::remove_dir_all(path).with_context(|| format!("removing {}", path.display()))?;
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(path),
+        Ok(_) => std::fs::remove_file(path),
+        Err(_) => return Ok(()),
     }
-    Ok(())
+    .with_context(|| format!("removing {}", path.display()))
 }
 
 /// Composes the tree; returns once `<stage_dir>/tree` is complete.
@@ -165,7 +160,6 @@ pub fn compose(inputs: &ComposeInputs, stage_dir: &Path, ui: &Ui) -> Result<Root
     let partial = stage_dir.join("tree.partial");
     let tree = stage_dir.join("tree");
     remove_if_exists(&partial)?;
-    let is_root = tool::running_as_root();
     ui.note(format!(
         "extracting base rootfs {}",
         inputs.base_tarball.display()
@@ -174,26 +168,16 @@ pub fn compose(inputs: &ComposeInputs, stage_dir: &Path, ui: &Ui) -> Result<Root
         inputs.base_tarball,
         &partial,
         ExtractOptions {
-            preserve_owners: is_root,
+            preserve_owners: tool::running_as_root(),
             skip_special_files: true,
             rootfs_symlinks: true,
         },
         ui,
     )?;
-
-    let modules_dir = install_kernel(&partial, inputs.kernel)?;
-    let config = rtcheck::kconfig::Config::parse(&std::fs::read_to_string(&inputs.kernel.config)?)?;
-    let codec = initramfs::codec_for(&config)?;
-    let initramfs = boot_initramfs(&partial, inputs.busybox)?;
-    let initramfs_sha256 =
-        initramfs.write_compressed(&modules_dir.join("initramfs.img"), codec, inputs.epoch as u32)?;
-    ui.note(format!(
-        "boot initramfs: {} entries, {codec:?}, sha256 {initramfs_sha256}",
-        initramfs.len()
-    ));
-
+    let root = ImageRoot::open(&partial)?;
+    let initramfs_sha256 = install_kernel_and_initramfs(&root, inputs, ui)?;
     for overlay_dir in inputs.overlays {
-        let applied = overlay::apply(overlay_dir, &partial)
+        let applied = overlay::apply(overlay_dir, &root)
             .with_context(|| format!("applying overlay {}", overlay_dir.display()))?;
         ui.note(format!(
             "overlay {}: {} files, {} dirs, {} symlinks",
@@ -203,25 +187,9 @@ pub fn compose(inputs: &ComposeInputs, stage_dir: &Path, ui: &Ui) -> Result<Root
             applied.symlinks
         ));
     }
-    let imgbuild_dir = partial.join("usr/lib/imgbuild");
-    std::fs::create_dir_all(&imgbuild_dir)?;
-    let mut kargs = inputs.kargs.join("\n");
-    kargs.push('\n');
-    std::fs::write(
-        partial.join(KARGS_FILE),
-        if inputs.kargs.is_empty() {
-            String::new()
-        } else {
-            kargs
-        },
-    )?;
-    std::fs::write(
-        partial.join(BUILD_INFO_FILE),
-        serde_json::to_string_pretty(inputs.info)? + "\n",
-    )?;
-
-    let layout = layout::convert(&partial).context("converting to the ostree layout")?;
-    let (size_bytes, files) = tree_size(&partial)?;
+    write_build_facts(&root, inputs)?;
+    let layout = layout::convert(&root).context("converting to the ostree layout")?;
+    let (size_bytes, files) = root.size()?;
 
     let old = stage_dir.join("tree.old");
     remove_if_exists(&old)?;

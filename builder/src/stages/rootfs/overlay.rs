@@ -14,10 +14,13 @@
 //! so an absolute symlink in the rootfs never redirects a write to the host.
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::fs::Metadata;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
+
+use crate::io::root::ImageRoot;
 
 pub const ATTRS_FILE: &str = "overlay.attrs";
 
@@ -84,74 +87,6 @@ pub fn parse_attrs(text: &str, file: &str) -> Result<BTreeMap<PathBuf, Attr>, At
     Ok(attrs)
 }
 
-/// Resolves `rel` inside `root` the way the target will see it: symlinks in
-/// the rootfs are followed relative to `root` (absolute targets included),
-/// and the result never leaves `root`. The last component is followed only
-/// when `follow_last` (directories: `lib/` must land in `usr/lib/` when
-/// `lib -> usr/lib`; files and links replace what is there).
-pub fn resolve_in_root(root: &Path, rel: &Path, follow_last: bool) -> Result<PathBuf> {
-    let mut components: Vec<std::ffi::OsString> =
-        rel.components().map(|c| c.as_os_str().to_os_string()).collect();
-    let last = if follow_last { None } else { components.pop() };
-    if let Some(name) = &last
-        && !matches!(Path::new(name).components().next(), Some(Component::Normal(_)))
-    {
-        bail!("path {} must end in a name", rel.display());
-    }
-    let mut pending: Vec<std::ffi::OsString> = components.into_iter().rev().collect();
-    let mut resolved = PathBuf::new();
-    let mut hops = 0;
-    while let Some(part) = pending.pop() {
-        match Path::new(&part).components().next() {
-            Some(Component::Normal(_)) => {}
-            Some(Component::ParentDir) => {
-                resolved.pop();
-                continue;
-            }
-            _ => continue,
-        }
-        let candidate = resolved.join(&part);
-        match std::fs::symlink_metadata(root.join(&candidate)) {
-            Ok(meta) if meta.file_type().is_symlink() => {
-                hops += 1;
-                if hops > 40 {
-                    bail!("too many symlinks resolving {} in the rootfs", rel.display());
-                }
-                let target = std::fs::read_link(root.join(&candidate))?;
-                if target.is_absolute() {
-                    resolved = PathBuf::new();
-                }
-                pending.extend(target.components().rev().map(|c| c.as_os_str().to_os_string()));
-            }
-            _ => resolved = candidate,
-        }
-    }
-    Ok(match last {
-        Some(name) => root.join(resolved).join(name),
-        None => root.join(resolved),
-    })
-}
-
-/// Removes whatever is at `path` (file, symlink or directory tree).
-fn remove_existing(path: &Path) -> Result<()> {
-    match std::fs::symlink_metadata(path) {
-        Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(path),
-        Ok(_) => std::fs::remove_file(path),
-        Err(_) => return Ok(()),
-    }
-    .with_context(|| format!("replacing {}", path.display()))
-}
-
-fn set_attr(path: &Path, attr: Attr) -> Result<()> {
-    std::os::unix::fs::lchown(path, Some(attr.uid), Some(attr.gid))
-        .with_context(|| format!("setting the owner of {}", path.display()))?;
-    if !std::fs::symlink_metadata(path)?.file_type().is_symlink() {
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(attr.mode))
-            .with_context(|| format!("setting the mode of {}", path.display()))?;
-    }
-    Ok(())
-}
-
 /// What applying an overlay did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Applied {
@@ -160,84 +95,91 @@ pub struct Applied {
     pub symlinks: usize,
 }
 
-/// Copies `overlay` onto the rootfs at `root`.
-pub fn apply(overlay: &Path, root: &Path) -> Result<Applied> {
+fn read_attrs(overlay: &Path) -> Result<BTreeMap<PathBuf, Attr>> {
     let attrs_path = overlay.join(ATTRS_FILE);
-    let attrs = if attrs_path.is_file() {
-        let text = std::fs::read_to_string(&attrs_path)?;
-        parse_attrs(&text, &attrs_path.display().to_string())?
-    } else {
-        BTreeMap::new()
-    };
-    for path in attrs.keys() {
-        if std::fs::symlink_metadata(overlay.join(path)).is_err() {
-            bail!(
-                "{}: {} is not in the overlay",
-                attrs_path.display(),
-                path.display()
-            );
-        }
+    if !attrs_path.is_file() {
+        return Ok(BTreeMap::new());
     }
+    let text =
+        std::fs::read_to_string(&attrs_path).with_context(|| format!("reading {}", attrs_path.display()))?;
+    let attrs = parse_attrs(&text, &attrs_path.display().to_string())?;
+    if let Some(missing) = attrs
+        .keys()
+        .find(|path| std::fs::symlink_metadata(overlay.join(path)).is_err())
+    {
+        bail!(
+            "{}: {} is not in the overlay",
+            attrs_path.display(),
+            missing.display()
+        );
+    }
+    Ok(attrs)
+}
+
+/// Copies `overlay` onto the tree. Paths resolve inside it: a directory
+/// follows a link already in the tree (`lib/` lands in `usr/lib/`), a file
+/// or symlink replaces what is at its place.
+pub fn apply(overlay: &Path, root: &ImageRoot) -> Result<Applied> {
+    let attrs = read_attrs(overlay)?;
     let mut applied = Applied::default();
     let walker = walkdir::WalkDir::new(overlay).min_depth(1).sort_by_file_name();
     for entry in walker {
         let entry = entry.with_context(|| format!("walking overlay {}", overlay.display()))?;
-        let rel = entry
-            .path()
-            .strip_prefix(overlay)
-            .expect("inside the overlay")
-            .to_path_buf();
+        let rel = entry.path().strip_prefix(overlay).expect("inside the overlay");
         if rel == Path::new(ATTRS_FILE) {
             continue;
         }
-        let source_meta = entry.path().symlink_metadata()?;
-        let default_mode = if source_meta.is_dir() || source_meta.mode() & 0o111 != 0 {
-            0o755
-        } else {
-            0o644
-        };
-        let attr = attrs.get(&rel).copied().unwrap_or(Attr {
-            mode: default_mode,
+        let meta = entry.path().symlink_metadata()?;
+        let attr = attrs.get(rel).copied().unwrap_or(Attr {
+            mode: if meta.is_dir() || meta.mode() & 0o111 != 0 {
+                0o755
+            } else {
+                0o644
+            },
             uid: 0,
             gid: 0,
         });
-        let file_type = entry.file_type();
-        let dest = resolve_in_root(root, &rel, file_type.is_dir())?;
-        if file_type.is_dir() {
-            match std::fs::symlink_metadata(&dest) {
-                Ok(meta) if meta.is_dir() => {
-                    if attrs.contains_key(&rel) {
-                        set_attr(&dest, attr)?;
-                    }
-                }
-                _ => {
-                    remove_existing(&dest)?;
-                    std::fs::create_dir_all(&dest).with_context(|| format!("creating {}", dest.display()))?;
-                    set_attr(&dest, attr)?;
-                }
-            }
-            applied.dirs += 1;
-        } else if file_type.is_symlink() {
-            remove_existing(&dest)?;
-            let target = std::fs::read_link(entry.path())?;
-            std::os::unix::fs::symlink(&target, &dest)
-                .with_context(|| format!("creating symlink {}", dest.display()))?;
-            std::os::unix::fs::lchown(&dest, Some(attr.uid), Some(attr.gid))?;
-            applied.symlinks += 1;
-        } else if file_type.is_file() {
-            remove_existing(&dest)?;
-            std::fs::copy(entry.path(), &dest)
-                .with_context(|| format!("copying {} to {}", entry.path().display(), dest.display()))?;
-            set_attr(&dest, attr)?;
-            applied.files += 1;
-        } else {
-            bail!(
-                "{}: overlays may hold only files, directories and symlinks",
-                entry.path().display()
-            );
+        apply_entry(root, entry.path(), rel, &meta, attr, attrs.contains_key(rel))?;
+        match meta.file_type() {
+            t if t.is_dir() => applied.dirs += 1,
+            t if t.is_symlink() => applied.symlinks += 1,
+            _ => applied.files += 1,
         }
     }
     Ok(applied)
+}
+
+fn apply_entry(
+    root: &ImageRoot,
+    source: &Path,
+    rel: &Path,
+    meta: &Metadata,
+    attr: Attr,
+    listed: bool,
+) -> Result<()> {
+    let file_type = meta.file_type();
+    if file_type.is_dir() {
+        if root.is_dir(rel) {
+            // An existing directory (or a link to one) keeps its attributes
+            // unless overlay.attrs names it.
+            return match listed {
+                true => root.set_attr(&root.resolved(rel)?, attr.mode, attr.uid, attr.gid),
+                false => Ok(()),
+            };
+        }
+        root.remove(rel)?;
+        root.create_dir_all(rel, attr.mode)?;
+    } else if file_type.is_symlink() {
+        root.symlink(rel, &std::fs::read_link(source)?)?;
+    } else if file_type.is_file() {
+        root.copy_in(source, rel, attr.mode)?;
+    } else {
+        bail!(
+            "{}: overlays may hold only files, directories and symlinks",
+            source.display()
+        );
+    }
+    root.set_attr(rel, attr.mode, attr.uid, attr.gid)
 }
 
 #[cfg(test)]
@@ -275,38 +217,6 @@ mod tests {
     }
 
     #[test]
-    fn resolution_stays_inside_the_root() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path();
-        std::fs::create_dir_all(root.join("usr/lib")).unwrap();
-        std::os::unix::fs::symlink("usr/lib", root.join("lib")).unwrap();
-        std::fs::create_dir_all(root.join("etc")).unwrap();
-        std::os::unix::fs::symlink("/usr/lib", root.join("etc/abs")).unwrap();
-        std::os::unix::fs::symlink("../../../../..", root.join("etc/up")).unwrap();
-        assert_eq!(
-            resolve_in_root(root, Path::new("lib/x"), false).unwrap(),
-            root.join("usr/lib/x")
-        );
-        assert_eq!(
-            resolve_in_root(root, Path::new("etc/abs/x"), false).unwrap(),
-            root.join("usr/lib/x")
-        );
-        assert_eq!(
-            resolve_in_root(root, Path::new("etc/up/x"), false).unwrap(),
-            root.join("x")
-        );
-        // A file replaces a symlink in the last place; a directory follows it.
-        assert_eq!(
-            resolve_in_root(root, Path::new("lib"), false).unwrap(),
-            root.join("lib")
-        );
-        assert_eq!(
-            resolve_in_root(root, Path::new("lib"), true).unwrap(),
-            root.join("usr/lib")
-        );
-    }
-
-    #[test]
     fn apply_keeps_modes_owners_and_symlinks() {
         let dir = tempfile::tempdir().unwrap();
         let (overlay, root) = (dir.path().join("overlay"), dir.path().join("root"));
@@ -316,7 +226,7 @@ mod tests {
         std::fs::write(overlay.join("usr/bin/tool"), "#!/bin/sh\n").unwrap();
         std::fs::set_permissions(
             overlay.join("usr/bin/tool"),
-            std::fs::Permissions::from_mode(0o755),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
         )
         .unwrap();
         std::os::unix::fs::symlink("/usr/bin/tool", overlay.join("usr/bin/alias")).unwrap();
@@ -324,7 +234,7 @@ mod tests {
         std::fs::create_dir_all(root.join("etc")).unwrap();
         // An absolute symlink in the rootfs must not redirect the write to the host.
         std::os::unix::fs::symlink("/", root.join("usr")).unwrap();
-        let applied = apply(&overlay, &root).unwrap();
+        let applied = apply(&overlay, &ImageRoot::open(&root).unwrap()).unwrap();
         assert_eq!(
             applied,
             Applied {
@@ -356,7 +266,8 @@ mod tests {
     fn attrs_for_missing_paths_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join(ATTRS_FILE), "/etc/nothing 0600 0:0\n").unwrap();
-        let err = apply(dir.path(), &dir.path().join("root")).unwrap_err();
+        let root = ImageRoot::create(&dir.path().join("root")).unwrap();
+        let err = apply(dir.path(), &root).unwrap_err();
         assert!(err.to_string().contains("not in the overlay"), "{err}");
     }
 }
