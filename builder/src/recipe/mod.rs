@@ -163,7 +163,6 @@ pub struct Recipe {
     locations: Locations,
 }
 
-
 impl Live {
     /// The `authorized_keys` file: one validated key per line, or empty.
     pub fn authorized_keys(&self) -> String {
@@ -290,7 +289,17 @@ impl Recipe {
     /// paths as `view` maps them.
     fn check_outputs(&self, view: impl Fn(&Path) -> PathBuf) -> Result<(), RecipeError> {
         let v = self.validator();
-        outputs::check(self, view, |field, message| v.error(field, message))
+        outputs::check(self, None, view, |field, message| v.error(field, message))
+    }
+
+    /// Refuses a work dir that collides with an input (stages write under
+    /// it, and the default `ostree.repo` and `live.iso` live in it): equal
+    /// to one, inside an input dir, or holding an input. Symlinks resolved.
+    pub fn check_work_dir(&self, work_dir: &Path) -> Result<(), RecipeError> {
+        let v = self.validator();
+        outputs::check(self, Some(work_dir), outputs::real_path, |field, message| {
+            v.error(field, message)
+        })
     }
 
     /// Checks that every input exists, that no output collides with an input

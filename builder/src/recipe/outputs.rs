@@ -63,11 +63,16 @@ fn collide(a: &Path, b: &Path) -> bool {
     a.starts_with(b) || b.starts_with(a)
 }
 
+/// The work dir, as an output the command line names.
+pub(super) const WORK_DIR: &str = "the work dir";
+
 /// Refuses the first output that collides with an input or an earlier
 /// output. `view` maps each path first: identity for the lexical check,
-/// [`real_path`] once the files exist.
+/// [`real_path`] once the files exist. `work_dir`, when given, is checked
+/// as one more output.
 pub(super) fn check(
     recipe: &Recipe,
+    work_dir: Option<&Path>,
     view: impl Fn(&Path) -> PathBuf,
     error: impl Fn(&str, String) -> RecipeError,
 ) -> Result<(), RecipeError> {
@@ -75,14 +80,20 @@ pub(super) fn check(
         .into_iter()
         .map(|n| named(n.field, &view(&n.path)))
         .collect();
-    let outputs: Vec<Named> = outputs(recipe)
+    let outputs: Vec<Named> = work_dir
+        .map(|dir| named(WORK_DIR, dir))
         .into_iter()
+        .chain(outputs(recipe))
         .map(|n| named(n.field, &view(&n.path)))
         .collect();
     for (i, output) in outputs.iter().enumerate() {
         let earlier = &outputs[..i];
         for other in inputs.iter().chain(earlier) {
-            if collide(&output.path, &other.path) {
+            // The default outputs live in the work dir; an explicit one may too.
+            let inside_work_dir = other.field == WORK_DIR && output.path != other.path;
+            if collide(&output.path, &other.path)
+                && !(inside_work_dir && output.path.starts_with(&other.path))
+            {
                 return Err(error(&output.field, collision_message(output, other)));
             }
         }

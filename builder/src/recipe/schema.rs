@@ -22,7 +22,6 @@ impl fmt::Display for Flavor {
     }
 }
 
-
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct RawRecipe {
@@ -127,4 +126,3 @@ pub struct RawLive {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rootfs: Option<String>,
 }
-

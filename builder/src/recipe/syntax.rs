@@ -67,7 +67,8 @@ pub fn debian_package(spec: &str) -> Verdict {
     let arch_ok = arch.is_none_or(|a| !a.is_empty() && a.bytes().all(|b| is_lower_alnum(b) || b == b'-'));
     let version_ok = version.is_none_or(|v| {
         v.bytes().next().is_some_and(|b| b.is_ascii_digit())
-            && v.bytes().all(|b| b.is_ascii_alphanumeric() || b".+~:-".contains(&b))
+            && v.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b".+~:-".contains(&b))
     });
     (name_ok && arch_ok && version_ok).then_some(()).ok_or_else(|| {
         format!(
@@ -151,7 +152,9 @@ pub fn kernel_argument(arg: &str) -> Verdict {
 pub fn mirror_url(text: &str) -> Result<String, String> {
     let refuse = |why: &str| Err(format!("{text:?} is not a mirror URL: {why}"));
     if text.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return refuse("it must be one `http://` or `https://` URL, without spaces or apt options like `[trusted=yes]`");
+        return refuse(
+            "it must be one `http://` or `https://` URL, without spaces or apt options like `[trusted=yes]`",
+        );
     }
     let url = match url::Url::parse(text) {
         Ok(url) => url,
@@ -226,9 +229,109 @@ pub fn ssh_public_key(line: &str) -> Result<String, String> {
     if let Some(rsa) = key.key_data().rsa() {
         let bits = rsa.n.as_positive_bytes().map_or(0, |n| n.len() * 8);
         if bits < MIN_RSA_BITS {
-            return Err(format!("an RSA key needs at least {MIN_RSA_BITS} bits, this one has {bits}"));
+            return Err(format!(
+                "an RSA key needs at least {MIN_RSA_BITS} bits, this one has {bits}"
+            ));
         }
     }
     key.to_openssh()
         .map_err(|e| format!("cannot re-encode the SSH key: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debian_packages() {
+        for good in [
+            "g++",
+            "libc6",
+            "libc6:amd64",
+            "rt-tests=2.5-1",
+            "a0=1:2.3~rc1+dfsg-1",
+            "xz-utils:all=5.4.1-1",
+        ] {
+            debian_package(good).unwrap_or_else(|e| panic!("{e}"));
+        }
+        for bad in [
+            "",
+            "a",
+            "-o",
+            "-oAPT::x=y",
+            "A",
+            "+x",
+            ".x",
+            "x y",
+            "x,y",
+            "x/stable",
+            "x:",
+            ":amd64",
+            "x=",
+            "x=a1",
+            "x=1 2",
+            "x:AMD64",
+            "x\n",
+            "?garbage",
+            "/tmp/x.deb",
+        ] {
+            assert!(debian_package(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn kernel_arguments() {
+        for good in [
+            "quiet",
+            "nohz_full=1-3",
+            "isolcpus=managed_irq,domain,1",
+            "console=ttyS0,115200n8",
+            "a.b-c_d=",
+            "x=a=b",
+        ] {
+            kernel_argument(good).unwrap_or_else(|e| panic!("{e}"));
+        }
+        for bad in [
+            "", "=x", "-x", ".x", "a b", "a;b", "a=b;c", "a=\"b\"", "a='b'", "a=$b", "a=`b`", "a=\\b",
+            "a=b\n", "a=é",
+        ] {
+            assert!(kernel_argument(bad).is_err(), "{bad:?}");
+        }
+        assert!(kernel_argument("a b").unwrap_err().contains("one word"));
+    }
+
+    #[test]
+    fn mirrors() {
+        assert_eq!(
+            mirror_url("http://deb.debian.org/debian").unwrap(),
+            "http://deb.debian.org/debian"
+        );
+        assert_eq!(mirror_url("https://M.example/").unwrap(), "https://m.example/");
+        for bad in [
+            "[trusted=yes] http://x/",
+            "http://x/ y",
+            "ftp://x/",
+            "http://u:p@x/",
+            "x",
+            "http://x/#f",
+        ] {
+            assert!(mirror_url(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn make_targets() {
+        assert!(is_make_config_target("x86_64_defconfig"));
+        assert!(is_make_config_target("tinyconfig"));
+        for not_target in [
+            "-Iconfig",
+            "--config",
+            "config",
+            "a.config",
+            "a/config",
+            "CC=x config",
+        ] {
+            assert!(!is_make_config_target(not_target), "{not_target:?}");
+        }
+    }
 }

@@ -349,9 +349,23 @@ fn package_names_that_would_be_apt_options_are_refused() {
             .starts_with("/r/recipe.yaml:10:54: rootfs.base.packages[1]: "),
         "{e}"
     );
-    let e = parse_err(&with_live(&base, "packages: [busybox, '-oDPkg::Pre-Invoke::=touch /x']"));
+    let e = parse_err(&with_live(
+        &base,
+        "packages: [busybox, '-oDPkg::Pre-Invoke::=touch /x']",
+    ));
     assert_eq!(e.field, "live.packages[1]");
-    for bad in ["a", "Busybox", "a,b", "?name(x)", "~nfoo", "./x.deb", "foo/bookworm", "foo=", "foo=x1", "foo:"] {
+    for bad in [
+        "a",
+        "Busybox",
+        "a,b",
+        "?name(x)",
+        "~nfoo",
+        "./x.deb",
+        "foo/bookworm",
+        "foo=",
+        "foo=x1",
+        "foo:",
+    ] {
         let text = base.replace("packages: [systemd-sysv]", &format!("packages: ['{bad}']"));
         assert_eq!(parse_err(&text).field, "rootfs.base.packages[0]", "{bad}");
     }
@@ -413,8 +427,10 @@ fn name_and_version_have_a_strict_charset() {
 #[test]
 fn ssh_keys_are_parsed_and_normalised() {
     let base = rt_recipe();
-    let keys = format!("ssh-authorized-keys: ['  {ED25519}  ', '{RSA_2048}', '{ECDSA}', 'ssh-ed25519 {}']",
-        ED25519.split(' ').nth(1).unwrap());
+    let keys = format!(
+        "ssh-authorized-keys: ['  {ED25519}  ', '{RSA_2048}', '{ECDSA}', 'ssh-ed25519 {}']",
+        ED25519.split(' ').nth(1).unwrap()
+    );
     let recipe = parse(&with_live(&base, &keys)).unwrap();
     assert_eq!(recipe.live.ssh_authorized_keys[0], ED25519);
     assert_eq!(recipe.live.ssh_authorized_keys[1], RSA_2048);
@@ -467,8 +483,14 @@ fn mirror_must_be_an_http_url() {
         let e = parse_err(&with_mirror(bad));
         assert_eq!(e.field, "rootfs.base.mirror", "{bad}: {e}");
     }
-    match parse(&with_mirror("https://deb.debian.org/debian/")).unwrap().rootfs.base {
-        RootfsBase::Debian { mirror, .. } => assert_eq!(mirror.as_deref(), Some("https://deb.debian.org/debian/")),
+    match parse(&with_mirror("https://deb.debian.org/debian/"))
+        .unwrap()
+        .rootfs
+        .base
+    {
+        RootfsBase::Debian { mirror, .. } => {
+            assert_eq!(mirror.as_deref(), Some("https://deb.debian.org/debian/"))
+        }
         other => panic!("{other:?}"),
     }
 }
@@ -495,10 +517,26 @@ fn kernel_base_never_becomes_a_make_option() {
 fn outputs_that_collide_with_inputs_are_refused() {
     let base = rt_recipe();
     let cases = [
-        (with_live(&base, "iso: recipe.yaml"), "live.iso", "the recipe itself"),
-        (with_live(&base, "iso: ./sub/../recipe.yaml"), "live.iso", "the recipe itself"),
-        (with_live(&base, "iso: overlay/etc/x.iso"), "live.iso", "rootfs.overlays[0]"),
-        (with_live(&base, "iso: rt.config"), "live.iso", "kernel.fragments[0]"),
+        (
+            with_live(&base, "iso: recipe.yaml"),
+            "live.iso",
+            "the recipe itself",
+        ),
+        (
+            with_live(&base, "iso: ./sub/../recipe.yaml"),
+            "live.iso",
+            "the recipe itself",
+        ),
+        (
+            with_live(&base, "iso: overlay/etc/x.iso"),
+            "live.iso",
+            "rootfs.overlays[0]",
+        ),
+        (
+            with_live(&base, "iso: rt.config"),
+            "live.iso",
+            "kernel.fragments[0]",
+        ),
         (
             with_live(&base, "rootfs: live, iso: live/x.iso"),
             "live.iso",
@@ -565,15 +603,57 @@ fn image_hash_ignores_outputs_and_signing_but_not_content() {
         "{ ref: emberrtos/x86_64/rt }",
         "{ ref: emberrtos/x86_64/rt, repo: /srv/repo, gpg-key: ABCD, gpg-homedir: /srv/gpg }",
     );
-    assert_eq!(hash(&with_live(&base, "iso: a.iso")), hash(&with_live(&base, "iso: /b/c.iso")));
+    assert_eq!(
+        hash(&with_live(&base, "iso: a.iso")),
+        hash(&with_live(&base, "iso: /b/c.iso"))
+    );
     assert_eq!(plain, hash(&placed));
-    assert_eq!(plain, hash(&format!("# a comment\n{}", base.replace("[overlay]", "[ ./overlay ]"))));
+    assert_eq!(
+        plain,
+        hash(&format!(
+            "# a comment\n{}",
+            base.replace("[overlay]", "[ ./overlay ]")
+        ))
+    );
     // The same recipe in another directory.
-    assert_eq!(plain, Recipe::parse(&base, Path::new("/elsewhere/x.yaml")).unwrap().sha256);
+    assert_eq!(
+        plain,
+        Recipe::parse(&base, Path::new("/elsewhere/x.yaml"))
+            .unwrap()
+            .sha256
+    );
     // What defines the image does count.
     let other_package = base.replace("[systemd-sysv]", "[systemd-sysv, kmod]");
     assert_ne!(plain, hash(&other_package));
     assert_ne!(plain, hash(&base.replace("nohz_full=1", "nohz_full=2")));
     assert_ne!(plain, hash(&base.replace("2026.11.1", "2026.11.2")));
     assert_ne!(plain, hash(&base.replace("[overlay]", "[overlay2]")));
+}
+
+#[test]
+fn work_dir_must_not_collide_with_inputs() {
+    let dir = workspace();
+    let recipe = load(&dir, &rt_recipe()).unwrap();
+    for bad in [".", "overlay", "overlay/build"] {
+        let e = recipe.check_work_dir(&dir.path().join(bad)).unwrap_err();
+        assert_eq!(e.field, "the work dir", "{bad}: {e}");
+    }
+    recipe.check_work_dir(&dir.path().join("build")).unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    recipe.check_work_dir(elsewhere.path()).unwrap();
+    // The recipe's own outputs are checked against the work dir too.
+    let inside = with_live(&rt_recipe(), "iso: build");
+    let e = load(&dir, &inside)
+        .unwrap()
+        .check_work_dir(&dir.path().join("build"))
+        .unwrap_err();
+    assert_eq!(e.field, "live.iso", "{e}");
+    let in_work_dir = with_live(&rt_recipe(), "iso: build/live.iso");
+    let recipe = load(&dir, &in_work_dir).unwrap();
+    recipe.check_work_dir(&dir.path().join("build")).unwrap();
+    assert!(
+        recipe
+            .check_work_dir(&dir.path().join("build/live.iso/x"))
+            .is_err()
+    );
 }

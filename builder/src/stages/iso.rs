@@ -493,7 +493,10 @@ mod tests {
         assert_eq!(grub_word("$x"), "'$x'");
         assert_eq!(grub_word(""), "''");
         let cfg = grub_cfg("a\"b", &["quiet;reboot".into()]);
-        assert!(cfg.contains("linux /boot/vmlinuz 'quiet;reboot' console=tty0"), "{cfg}");
+        assert!(
+            cfg.contains("linux /boot/vmlinuz 'quiet;reboot' console=tty0"),
+            "{cfg}"
+        );
         assert!(!cfg.contains("quiet;reboot console"), "{cfg}");
         assert!(grub_cfg("--hotkey=x", &[]).contains("menuentry ' --hotkey=x: interactive"));
     }
@@ -505,7 +508,10 @@ mod tests {
     fn grub_script_check_accepts_hostile_titles_and_kargs() {
         let tool = Path::new("/usr/bin/grub-script-check");
         if !tool.is_file() {
-            eprintln!("SKIPPED grub_script_check_accepts_hostile_titles_and_kargs: {} not found (package grub-common)", tool.display());
+            eprintln!(
+                "SKIPPED grub_script_check_accepts_hostile_titles_and_kargs: {} not found (package grub-common)",
+                tool.display()
+            );
             return;
         }
         let hostile = [
@@ -538,7 +544,10 @@ mod tests {
                 String::from_utf8_lossy(&out.stderr)
             );
             let entries = cfg.lines().filter(|l| l.starts_with("menuentry ")).count();
-            let linux_lines = cfg.lines().filter(|l| l.trim_start().starts_with("linux ")).count();
+            let linux_lines = cfg
+                .lines()
+                .filter(|l| l.trim_start().starts_with("linux "))
+                .count();
             assert_eq!((entries, linux_lines), (2, 2), "{bad:?}\n{cfg}");
         }
         // A script that is wrong must be refused, or this test proves nothing.

@@ -63,7 +63,9 @@ pub fn split_problems(
 /// (`-Iconfig`) or a variable assignment.
 fn make_config_target(target: &str) -> Result<&str> {
     if !syntax::is_make_config_target(target) {
-        bail!("kernel.base {target:?} is not a make config target (`[A-Za-z0-9_-]+config`, not starting with `-`)");
+        bail!(
+            "kernel.base {target:?} is not a make config target (`[A-Za-z0-9_-]+config`, not starting with `-`)"
+        );
     }
     Ok(target)
 }
@@ -192,9 +194,18 @@ mod tests {
 
     #[test]
     fn only_config_targets_reach_make() {
-        assert_eq!(make_config_target("x86_64_defconfig").unwrap(), "x86_64_defconfig");
+        assert_eq!(
+            make_config_target("x86_64_defconfig").unwrap(),
+            "x86_64_defconfig"
+        );
         assert_eq!(make_config_target("tinyconfig").unwrap(), "tinyconfig");
-        for bad in ["-Iconfig", "--eval=x config", "O=/tmp/config", "my.config", "config"] {
+        for bad in [
+            "-Iconfig",
+            "--eval=x config",
+            "O=/tmp/config",
+            "my.config",
+            "config",
+        ] {
             assert!(make_config_target(bad).is_err(), "{bad}");
         }
     }

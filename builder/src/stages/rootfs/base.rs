@@ -182,8 +182,15 @@ fn mmdebstrap(
     let mut cmd = tool::command("mmdebstrap")?;
     let apt_cache = cache.area(&format!("apt-archives/{suite}"))?;
     let temp = cache.temp_file()?;
-    cmd.args(mmdebstrap_args(suite, variant, packages, mirror, temp.path(), &apt_cache))
-        .env("SOURCE_DATE_EPOCH", epoch.to_string());
+    cmd.args(mmdebstrap_args(
+        suite,
+        variant,
+        packages,
+        mirror,
+        temp.path(),
+        &apt_cache,
+    ))
+    .env("SOURCE_DATE_EPOCH", epoch.to_string());
     let log = cache
         .root()
         .join("tmp")
@@ -240,7 +247,12 @@ mod tests {
     fn option_like_inputs_never_reach_mmdebstrap() {
         let ok = vec!["busybox".to_string(), "libc6:amd64".to_string()];
         check_debian_inputs("bookworm", &ok, Some("https://deb.debian.org/debian")).unwrap();
-        let hostile = ["-oDPkg::Pre-Invoke::=touch /x", "--allow-unauthenticated", "a,b", "x y"];
+        let hostile = [
+            "-oDPkg::Pre-Invoke::=touch /x",
+            "--allow-unauthenticated",
+            "a,b",
+            "x y",
+        ];
         for package in hostile {
             let e = check_debian_inputs("bookworm", &[package.to_string()], None).unwrap_err();
             assert!(e.to_string().contains("not a Debian package"), "{e}");
