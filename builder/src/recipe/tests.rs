@@ -1,4 +1,5 @@
 use super::*;
+use crate::io::hashing::is_sha256_hex;
 
 const SHA: &str = "6b2e8f8a2f5c1c4a3a4d3f0b5e9e1c2d3f4a5b6c7d8e9f0a1b2c3d4e5f6a7b8c";
 
@@ -68,7 +69,7 @@ fn valid_recipe_resolves_paths_against_its_directory() {
     );
     assert_eq!(recipe.rootfs.overlays[0], normalize(&dir.path().join("overlay")));
     assert_eq!(recipe.kernel.cmdline[1], "isolcpus=managed_irq,domain,1");
-    assert_eq!(recipe.sha256, crate::io::hashing::sha256_hex(&text));
+    assert!(is_sha256_hex(recipe.image_sha256()), "{}", recipe.sha256);
     assert_eq!(recipe.ostree.ref_name, "emberrtos/x86_64/rt");
     match &recipe.rootfs.base {
         RootfsBase::Debian { suite, variant, .. } => {
@@ -307,4 +308,352 @@ fn repo_recipes_round_trip() {
         assert_eq!(again.kernel, recipe.kernel);
     }
     assert!(seen >= 2, "expected recipes in {}", recipes.display());
+}
+
+const ED25519: &str =
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMb0BNNQoj3nWEsjM+9r/UoI4GBWm7F3uUbLuQGNTzYr ops@example.org";
+const RSA_2048: &str = "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQCw2CsNCfeyAGKe7FEnwncdCN4PjF1InWuP2FNcPDloYXPh/lPqvTCcb8tZnCFK4srberYjea1MelRPe8V7s1L/EaKxP2Txj0F5u9uD3ctWhTpUJJ1LEoF8svphBrV5Mm3gDakn3+hfXyz3k3oucJFcz+vzqC2/saNDtdZiTXql+N5LVghYNBgToOxOyr0rQ3reLN9rLFn3mtvfEKl3ZzyQ196qgNj9ASRjL9ImahLj33o3gqxieyRwAklVqOL7j4mnjdhIkSvDM8QBe8Ev7pq3KEwwaquXtFydEbtnyIxp1Asjzw4vmWCGkORypkpHe113Oyka5EWLn1PunO7bilwp rsa@x";
+const RSA_1024: &str = "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAAAgQDMqYUVwLb8g/ms8TY09w59rPAXiOd07XxAQOhvo2nVKVbDMAgFnn+PEdqhGOvMWveFeFdBqLEF+Km1G9uxuIz0kPRbNraTZhPsL7evIhDHa2Z1iEGcY5WkrqL+AdI24Gd3Ws0lFcSu6kHFVquVjym9huOkzdqr43TAALQnYlyXSw== small";
+const ECDSA: &str = "ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABBBE1VVEmaVJx+e3yPGW8Douc64yhIf5NPTGVn0OO6/2t81lyg4VFH+1pBOulygnYlb09aiBs5WJkayBtJnotyb1A= ec";
+
+fn rt_recipe() -> String {
+    recipe_text("{ debian: linux-source-6.12 }", "[rt.config]", "rt")
+}
+
+/// `base` with a `live:` section holding `body` (a YAML flow mapping's inside).
+fn with_live(base: &str, body: &str) -> String {
+    format!("{base}live: {{ {body} }}\n")
+}
+
+fn parse(text: &str) -> Result<Recipe, RecipeError> {
+    Recipe::parse(text, Path::new("/r/recipe.yaml"))
+}
+
+fn parse_err(text: &str) -> RecipeError {
+    parse(text).expect_err("recipe should be refused")
+}
+
+#[test]
+fn package_names_that_would_be_apt_options_are_refused() {
+    let base = rt_recipe();
+    let hostile = base.replace(
+        "packages: [systemd-sysv]",
+        "packages: [systemd-sysv, '-oAcquire::http::Proxy=http://evil/']",
+    );
+    let e = parse_err(&hostile);
+    assert_eq!(e.field, "rootfs.base.packages[1]");
+    assert!(e.message.contains("not a Debian package"), "{e}");
+    assert_eq!(e.position, Some(Position { line: 10, column: 54 }));
+    assert!(
+        e.to_string()
+            .starts_with("/r/recipe.yaml:10:54: rootfs.base.packages[1]: "),
+        "{e}"
+    );
+    let e = parse_err(&with_live(
+        &base,
+        "packages: [busybox, '-oDPkg::Pre-Invoke::=touch /x']",
+    ));
+    assert_eq!(e.field, "live.packages[1]");
+    for bad in [
+        "a",
+        "Busybox",
+        "a,b",
+        "?name(x)",
+        "~nfoo",
+        "./x.deb",
+        "foo/bookworm",
+        "foo=",
+        "foo=x1",
+        "foo:",
+    ] {
+        let text = base.replace("packages: [systemd-sysv]", &format!("packages: ['{bad}']"));
+        assert_eq!(parse_err(&text).field, "rootfs.base.packages[0]", "{bad}");
+    }
+    let good = base.replace(
+        "packages: [systemd-sysv]",
+        "packages: [g++, libc6:amd64, 'rt-tests=2.5-1', 'linux-image-6.12=1:6.12.1-1~bpo12+1']",
+    );
+    match parse(&good).unwrap().rootfs.base {
+        RootfsBase::Debian { packages, .. } => assert_eq!(packages.len(), 4),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn kernel_arguments_that_break_grub_cfg_are_refused() {
+    let base = rt_recipe();
+    for bad in [
+        "quiet;reboot",
+        "a\\\"b",
+        "x=$root",
+        "a'b",
+        "x=`id`",
+        "x={a}",
+        "x=a|b",
+        "x=#",
+        "=v",
+        "-x",
+        "a\\tb",
+        "",
+    ] {
+        let text = base.replace("nohz_full=1", &format!("\"{bad}\""));
+        let e = parse_err(&text);
+        assert_eq!(e.field, "kernel.cmdline[0]", "{bad}: {e}");
+        assert!(e.position.is_some());
+    }
+    let good = base.replace(
+        "nohz_full=1",
+        "console=ttyS0,115200, processor.max_cstate=1, root=UUID=ab-12, nosoftlockup, _x=a:b/c@d%e+f",
+    );
+    assert_eq!(parse(&good).unwrap().kernel.cmdline.len(), 7);
+}
+
+#[test]
+fn name_and_version_have_a_strict_charset() {
+    let base = rt_recipe();
+    for bad in ["1;reboot", "a\\\"b", "1 2", "-1", "1'2", "1$x", "1/2", ""] {
+        let e = parse_err(&base.replace("\"2026.11.1\"", &format!("\"{bad}\"")));
+        assert_eq!(e.field, "version", "{bad}: {e}");
+    }
+    for good in ["2026.11.1", "2.1-rc1", "v9", "1.0~beta+git_2"] {
+        parse(&base.replace("2026.11.1", good)).unwrap();
+    }
+    let e = parse_err(&base.replace("name: emberrtos", "name: \"a'b\""));
+    assert_eq!(e.field, "name");
+    let e = parse_err(&base.replace("name: emberrtos", &format!("name: {}", "a".repeat(65))));
+    assert_eq!(e.field, "name");
+}
+
+#[test]
+fn ssh_keys_are_parsed_and_normalised() {
+    let base = rt_recipe();
+    let keys = format!(
+        "ssh-authorized-keys: ['  {ED25519}  ', '{RSA_2048}', '{ECDSA}', 'ssh-ed25519 {}']",
+        ED25519.split(' ').nth(1).unwrap()
+    );
+    let recipe = parse(&with_live(&base, &keys)).unwrap();
+    assert_eq!(recipe.live.ssh_authorized_keys[0], ED25519);
+    assert_eq!(recipe.live.ssh_authorized_keys[1], RSA_2048);
+    assert_eq!(recipe.live.ssh_authorized_keys[2], ECDSA);
+    let file = recipe.live.authorized_keys();
+    assert_eq!(file.lines().count(), 4);
+    assert!(file.ends_with('\n') && file.starts_with(ED25519));
+    assert_eq!(Live::default().authorized_keys(), "");
+}
+
+#[test]
+fn ssh_keys_cannot_smuggle_lines_or_options() {
+    let base = rt_recipe();
+    let blob = ED25519.split(' ').nth(1).unwrap();
+    let cases = [
+        // A newline in the comment starts a second authorized_keys line.
+        format!("\"{ED25519}\\ncommand=\\\"rm -rf /\\\" {ED25519}\""),
+        format!("\"{ED25519}\\r\""),
+        format!("'command=\"id\" {ED25519}'"),
+        format!("'no-pty {ED25519}'"),
+        format!("'ssh-dss {blob}'"),
+        format!("'ssh-foo {blob}'"),
+        // The type word must match the key inside the blob.
+        format!("'ssh-rsa {blob}'"),
+        format!("'{RSA_1024}'"),
+        "'ssh-ed25519 AAAA'".to_string(),
+        "'not a key'".to_string(),
+    ];
+    for key in cases {
+        let e = parse_err(&with_live(&base, &format!("ssh-authorized-keys: [{key}]")));
+        assert_eq!(e.field, "live.ssh-authorized-keys[0]", "{key}: {e}");
+        assert!(e.position.is_some());
+    }
+}
+
+#[test]
+fn mirror_must_be_an_http_url() {
+    let base = rt_recipe();
+    let with_mirror = |m: &str| base.replace("packages: [systemd-sysv]", &format!("mirror: '{m}'"));
+    for bad in [
+        "[trusted=yes] http://evil/debian",
+        "http://evil/debian bookworm main",
+        "ftp://ftp.debian.org/debian",
+        "file:///srv/mirror",
+        "http://user:pw@mirror/debian",
+        "http://mirror/debian?x=1",
+        "mirror/debian",
+        "",
+    ] {
+        let e = parse_err(&with_mirror(bad));
+        assert_eq!(e.field, "rootfs.base.mirror", "{bad}: {e}");
+    }
+    match parse(&with_mirror("https://deb.debian.org/debian/"))
+        .unwrap()
+        .rootfs
+        .base
+    {
+        RootfsBase::Debian { mirror, .. } => {
+            assert_eq!(mirror.as_deref(), Some("https://deb.debian.org/debian/"))
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn kernel_base_never_becomes_a_make_option() {
+    let base = rt_recipe();
+    let recipe = parse(&base.replace("base: tinyconfig", "base: -Iconfig")).unwrap();
+    assert_eq!(recipe.kernel.base, ConfigBase::File("/r/-Iconfig".into()));
+    let recipe = parse(&base.replace("base: tinyconfig", "base: x86_64_defconfig")).unwrap();
+    assert_eq!(recipe.kernel.base, ConfigBase::Target("x86_64_defconfig".into()));
+    for file in ["my.config", "configs/config", "config"] {
+        let recipe = parse(&base.replace("base: tinyconfig", &format!("base: {file}"))).unwrap();
+        assert!(matches!(recipe.kernel.base, ConfigBase::File(_)), "{file}");
+    }
+    // `load` then refuses the missing file.
+    let dir = workspace();
+    let e = err(&dir, &base.replace("base: tinyconfig", "base: -Iconfig"));
+    assert_eq!(e.field, "kernel.base");
+    assert!(e.message.contains("file not found"), "{e}");
+}
+
+#[test]
+fn outputs_that_collide_with_inputs_are_refused() {
+    let base = rt_recipe();
+    let cases = [
+        (
+            with_live(&base, "iso: recipe.yaml"),
+            "live.iso",
+            "the recipe itself",
+        ),
+        (
+            with_live(&base, "iso: ./sub/../recipe.yaml"),
+            "live.iso",
+            "the recipe itself",
+        ),
+        (
+            with_live(&base, "iso: overlay/etc/x.iso"),
+            "live.iso",
+            "rootfs.overlays[0]",
+        ),
+        (
+            with_live(&base, "iso: rt.config"),
+            "live.iso",
+            "kernel.fragments[0]",
+        ),
+        (
+            with_live(&base, "rootfs: live, iso: live/x.iso"),
+            "live.iso",
+            "live.rootfs",
+        ),
+        (
+            base.replace("{ ref: emberrtos/x86_64/rt }", "{ ref: a/b, repo: . }"),
+            "ostree.repo",
+            "the recipe itself",
+        ),
+        (
+            base.replace("{ ref: emberrtos/x86_64/rt }", "{ ref: a/b, repo: overlay }"),
+            "ostree.repo",
+            "rootfs.overlays[0]",
+        ),
+        (
+            base.replace("{ ref: emberrtos/x86_64/rt }", "{ ref: a/b, repo: out }")
+                .replace("[overlay]", "[out/overlay]"),
+            "ostree.repo",
+            "rootfs.overlays[0]",
+        ),
+        (
+            base.replace(
+                "{ ref: emberrtos/x86_64/rt }",
+                "{ ref: a/b, repo: out, gpg-key: K, gpg-homedir: out/gpg }",
+            ),
+            "ostree.repo",
+            "ostree.gpg-homedir",
+        ),
+        (
+            with_live(
+                &base.replace("{ ref: emberrtos/x86_64/rt }", "{ ref: a/b, repo: out }"),
+                "iso: out/live.iso",
+            ),
+            "live.iso",
+            "ostree.repo",
+        ),
+    ];
+    for (text, field, other) in cases {
+        let e = parse_err(&text);
+        assert_eq!(e.field, field, "{e}");
+        assert!(e.message.contains(&format!("`{other}`")), "{e}");
+        assert!(e.position.is_some(), "{e}");
+    }
+    parse(&with_live(&base, "iso: out/live.iso, rootfs: live")).unwrap();
+}
+
+#[test]
+fn outputs_reaching_inputs_through_symlinks_are_refused() {
+    let dir = workspace();
+    std::os::unix::fs::symlink(".", dir.path().join("alias")).unwrap();
+    let e = err(&dir, &with_live(&rt_recipe(), "iso: alias/recipe.yaml"));
+    assert_eq!(e.field, "live.iso");
+    assert!(e.message.contains("the recipe itself"), "{e}");
+    load(&dir, &with_live(&rt_recipe(), "iso: alias/out.iso")).unwrap();
+}
+
+#[test]
+fn image_hash_ignores_outputs_and_signing_but_not_content() {
+    let base = rt_recipe();
+    let hash = |text: &str| parse(text).unwrap().sha256;
+    let plain = hash(&base);
+    let placed = base.replace(
+        "{ ref: emberrtos/x86_64/rt }",
+        "{ ref: emberrtos/x86_64/rt, repo: /srv/repo, gpg-key: ABCD, gpg-homedir: /srv/gpg }",
+    );
+    assert_eq!(
+        hash(&with_live(&base, "iso: a.iso")),
+        hash(&with_live(&base, "iso: /b/c.iso"))
+    );
+    assert_eq!(plain, hash(&placed));
+    assert_eq!(
+        plain,
+        hash(&format!(
+            "# a comment\n{}",
+            base.replace("[overlay]", "[ ./overlay ]")
+        ))
+    );
+    // The same recipe in another directory.
+    assert_eq!(
+        plain,
+        Recipe::parse(&base, Path::new("/elsewhere/x.yaml"))
+            .unwrap()
+            .sha256
+    );
+    // What defines the image does count.
+    let other_package = base.replace("[systemd-sysv]", "[systemd-sysv, kmod]");
+    assert_ne!(plain, hash(&other_package));
+    assert_ne!(plain, hash(&base.replace("nohz_full=1", "nohz_full=2")));
+    assert_ne!(plain, hash(&base.replace("2026.11.1", "2026.11.2")));
+    assert_ne!(plain, hash(&base.replace("[overlay]", "[overlay2]")));
+}
+
+#[test]
+fn work_dir_must_not_collide_with_inputs() {
+    let dir = workspace();
+    let recipe = load(&dir, &rt_recipe()).unwrap();
+    for bad in [".", "overlay", "overlay/build"] {
+        let e = recipe.check_work_dir(&dir.path().join(bad)).unwrap_err();
+        assert_eq!(e.field, "the work dir", "{bad}: {e}");
+    }
+    recipe.check_work_dir(&dir.path().join("build")).unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    recipe.check_work_dir(elsewhere.path()).unwrap();
+    // The recipe's own outputs are checked against the work dir too.
+    let inside = with_live(&rt_recipe(), "iso: build");
+    let e = load(&dir, &inside)
+        .unwrap()
+        .check_work_dir(&dir.path().join("build"))
+        .unwrap_err();
+    assert_eq!(e.field, "live.iso", "{e}");
+    let in_work_dir = with_live(&rt_recipe(), "iso: build/live.iso");
+    let recipe = load(&dir, &in_work_dir).unwrap();
+    recipe.check_work_dir(&dir.path().join("build")).unwrap();
+    assert!(
+        recipe
+            .check_work_dir(&dir.path().join("build/live.iso/x"))
+            .is_err()
+    );
 }

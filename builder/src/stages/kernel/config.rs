@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use rtcheck::kconfig::{Config, MergedFragments, Outcome, Redefinition, SymbolDiff, diff, merge_fragments};
 use serde::{Deserialize, Serialize};
 
@@ -11,7 +11,7 @@ use super::{MakeEnv, SourceTree, deps};
 use crate::cache::write_file_atomic;
 use crate::error::Refused;
 use crate::io::hashing::sha256_hex;
-use crate::recipe::{ConfigBase, Flavor, Recipe};
+use crate::recipe::{ConfigBase, Flavor, Recipe, syntax};
 use crate::tool;
 use crate::ui::Ui;
 
@@ -58,6 +58,18 @@ pub fn split_problems(
         })
 }
 
+/// `kernel.base` as a make argument: only a config target such as
+/// `x86_64_defconfig`, never something make would read as an option
+/// (`-Iconfig`) or a variable assignment.
+fn make_config_target(target: &str) -> Result<&str> {
+    if !syntax::is_make_config_target(target) {
+        bail!(
+            "kernel.base {target:?} is not a make config target (`[A-Za-z0-9_-]+config`, not starting with `-`)"
+        );
+    }
+    Ok(target)
+}
+
 /// Runs the stage. Refuses (exit 3) when Kconfig dropped or changed any
 /// requested symbol, naming its fragment:line, final value and, when the
 /// Kconfig files tell, the unmet dependency.
@@ -75,6 +87,7 @@ pub fn configure(
     let dot_config = build_dir.join(".config");
     match &recipe.kernel.base {
         ConfigBase::Target(target) => {
+            let target = make_config_target(target)?;
             ui.note(format!("make {target}"));
             tool::run_logged(make_env.make(source, build_dir)?.arg(target), &log, |_| {})
                 .with_context(|| format!("generating the base config with `make {target}`"))?;
@@ -178,6 +191,24 @@ pub fn configure(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_config_targets_reach_make() {
+        assert_eq!(
+            make_config_target("x86_64_defconfig").unwrap(),
+            "x86_64_defconfig"
+        );
+        assert_eq!(make_config_target("tinyconfig").unwrap(), "tinyconfig");
+        for bad in [
+            "-Iconfig",
+            "--eval=x config",
+            "O=/tmp/config",
+            "my.config",
+            "config",
+        ] {
+            assert!(make_config_target(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn preempt_rt_cannot_be_allowed_to_drop_in_rt() {

@@ -1,14 +1,15 @@
 //! The base rootfs: a Debian tree from mmdebstrap, or a tarball given by
 //! path/url + sha256. Either way the result is a tarball in the cache.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use crate::cache::Cache;
 use crate::io::hashing::sha256_hex;
-use crate::recipe::RootfsBase;
+use crate::recipe::{RootfsBase, syntax};
 use crate::stages::fetch::{self, FetchOptions};
 use crate::tool;
 use crate::ui::Ui;
@@ -108,6 +109,64 @@ pub fn obtain(
     }
 }
 
+/// Refuses what would not be a suite, a package or a mirror on mmdebstrap's
+/// command line: every package list reaches mmdebstrap through here (the
+/// recipe's, already checked by the parser, and the live image's package
+/// file), so a name like `-oDPkg::Pre-Invoke::=…` never becomes an apt option.
+pub fn check_debian_inputs(suite: &str, packages: &[String], mirror: Option<&str>) -> Result<()> {
+    let refuse = |why: String| -> Result<()> { bail!("refusing to run mmdebstrap: {why}") };
+    if let Err(why) = syntax::debian_suite(suite) {
+        return refuse(why);
+    }
+    for package in packages {
+        if let Err(why) = syntax::debian_package(package) {
+            return refuse(why);
+        }
+    }
+    if let Some(Err(why)) = mirror.map(syntax::mirror_url) {
+        return refuse(why);
+    }
+    Ok(())
+}
+
+/// mmdebstrap's arguments: options, then `--`, then the positional suite,
+/// target and sources, so none of them can be read as an option.
+fn mmdebstrap_args(
+    suite: &str,
+    variant: &str,
+    packages: &[String],
+    mirror: Option<&str>,
+    target: &Path,
+    apt_cache: &Path,
+) -> Vec<OsString> {
+    let mut args: Vec<OsString> = vec![
+        format!("--variant={variant}").into(),
+        "--mode=root".into(),
+        "--format=tar".into(),
+        // Keep downloaded .debs in the imgbuild cache between runs.
+        "--skip=essential/unlink".into(),
+        "--setup-hook=mkdir -p \"$1\"/var/cache/apt/archives/".into(),
+        format!(
+            "--setup-hook=sync-in {} /var/cache/apt/archives/",
+            apt_cache.display()
+        )
+        .into(),
+        format!(
+            "--customize-hook=sync-out /var/cache/apt/archives {}",
+            apt_cache.display()
+        )
+        .into(),
+    ];
+    if !packages.is_empty() {
+        args.push(format!("--include={}", packages.join(",")).into());
+    }
+    args.push("--".into());
+    args.push(suite.into());
+    args.push(target.into());
+    args.extend(debian_sources(suite, mirror).into_iter().map(OsString::from));
+    args
+}
+
 #[allow(clippy::too_many_arguments)]
 fn mmdebstrap(
     suite: &str,
@@ -119,31 +178,19 @@ fn mmdebstrap(
     epoch: u64,
     ui: &Ui,
 ) -> Result<()> {
+    check_debian_inputs(suite, packages, mirror)?;
     let mut cmd = tool::command("mmdebstrap")?;
     let apt_cache = cache.area(&format!("apt-archives/{suite}"))?;
     let temp = cache.temp_file()?;
-    cmd.arg(format!("--variant={variant}"))
-        .arg("--mode=root")
-        .arg("--format=tar")
-        // Keep downloaded .debs in the imgbuild cache between runs.
-        .arg("--skip=essential/unlink")
-        .arg("--setup-hook=mkdir -p \"$1\"/var/cache/apt/archives/")
-        .arg(format!(
-            "--setup-hook=sync-in {} /var/cache/apt/archives/",
-            apt_cache.display()
-        ))
-        .arg(format!(
-            "--customize-hook=sync-out /var/cache/apt/archives {}",
-            apt_cache.display()
-        ))
-        .env("SOURCE_DATE_EPOCH", epoch.to_string());
-    if !packages.is_empty() {
-        cmd.arg(format!("--include={}", packages.join(",")));
-    }
-    cmd.arg(suite).arg(temp.path());
-    for source in debian_sources(suite, mirror) {
-        cmd.arg(source);
-    }
+    cmd.args(mmdebstrap_args(
+        suite,
+        variant,
+        packages,
+        mirror,
+        temp.path(),
+        &apt_cache,
+    ))
+    .env("SOURCE_DATE_EPOCH", epoch.to_string());
     let log = cache
         .root()
         .join("tmp")
@@ -175,5 +222,42 @@ mod tests {
         assert_ne!(a, debian_key("bookworm", "apt", &["a".into(), "b".into()], None));
         assert_eq!(debian_sources("bookworm", None).len(), 3);
         assert_eq!(debian_sources("bookworm", Some("http://mirror/debian/")).len(), 2);
+    }
+
+    #[test]
+    fn positional_arguments_follow_a_double_dash() {
+        let packages = vec!["busybox".to_string(), "rt-tests".to_string()];
+        let args = mmdebstrap_args(
+            "bookworm",
+            "essential",
+            &packages,
+            None,
+            Path::new("/t/base.tar"),
+            Path::new("/c/apt"),
+        );
+        let args: Vec<&str> = args.iter().map(|a| a.to_str().unwrap()).collect();
+        let dash = args.iter().position(|a| *a == "--").expect("a `--`");
+        assert_eq!(&args[dash + 1..dash + 3], ["bookworm", "/t/base.tar"]);
+        assert!(args[dash + 3].starts_with("deb http://deb.debian.org/debian bookworm"));
+        assert!(args[..dash].contains(&"--include=busybox,rt-tests"));
+        assert!(args[..dash].iter().all(|a| a.starts_with("--")));
+    }
+
+    #[test]
+    fn option_like_inputs_never_reach_mmdebstrap() {
+        let ok = vec!["busybox".to_string(), "libc6:amd64".to_string()];
+        check_debian_inputs("bookworm", &ok, Some("https://deb.debian.org/debian")).unwrap();
+        let hostile = [
+            "-oDPkg::Pre-Invoke::=touch /x",
+            "--allow-unauthenticated",
+            "a,b",
+            "x y",
+        ];
+        for package in hostile {
+            let e = check_debian_inputs("bookworm", &[package.to_string()], None).unwrap_err();
+            assert!(e.to_string().contains("not a Debian package"), "{e}");
+        }
+        assert!(check_debian_inputs("-obad", &ok, None).is_err());
+        assert!(check_debian_inputs("bookworm", &ok, Some("[trusted=yes] http://x/")).is_err());
     }
 }

@@ -1,0 +1,128 @@
+//! The YAML schema, exactly as written: round-trips through serde.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Flavor {
+    /// PREEMPT_RT kernel: the RT gate applies.
+    Rt,
+    /// General-purpose kernel.
+    Standard,
+}
+
+impl fmt::Display for Flavor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Flavor::Rt => "rt",
+            Flavor::Standard => "standard",
+        })
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RawRecipe {
+    pub name: String,
+    pub version: String,
+    pub flavor: Flavor,
+    /// Timestamp for reproducible builds; `$SOURCE_DATE_EPOCH` overrides it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_date_epoch: Option<u64>,
+    pub kernel: RawKernel,
+    pub rootfs: RawRootfs,
+    pub ostree: RawOstree,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live: Option<RawLive>,
+}
+
+/// Where an input tarball comes from: exactly one of `url`, `path`, `debian`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RawSource {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debian: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RawKernel {
+    pub source: RawSource,
+    /// A make target (`x86_64_defconfig`, `tinyconfig`) or a path to a full `.config`.
+    pub base: String,
+    #[serde(default)]
+    pub fragments: Vec<String>,
+    /// Symbols a fragment may request but Kconfig may drop without failing the build.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_dropped: Vec<String>,
+    #[serde(default)]
+    pub cmdline: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RawRootfs {
+    pub base: RawRootfsBase,
+    #[serde(default)]
+    pub overlays: Vec<String>,
+}
+
+/// `{ debian: <suite>, variant, packages, mirror }` for mmdebstrap, or a
+/// rootfs tarball as `{ path | url, sha256 }`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RawRootfsBase {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debian: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub packages: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RawOstree {
+    /// Archive repo; defaults to `<work-dir>/repo`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo: Option<String>,
+    #[serde(rename = "ref")]
+    pub ref_name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpg_key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpg_homedir: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RawLive {
+    /// Output ISO; defaults to `<work-dir>/<name>-<flavor>-live.iso`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iso: Option<String>,
+    #[serde(default)]
+    pub ssh_authorized_keys: Vec<String>,
+    /// Extra Debian packages for the live rootfs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub packages: Vec<String>,
+    /// The live image's files: `init`, motd, banner, and a `packages` list
+    /// (usually `../live-image/rootfs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rootfs: Option<String>,
+}

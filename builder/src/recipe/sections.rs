@@ -1,0 +1,317 @@
+//! Validation of the schema form, one function per recipe section. Each turns
+//! its `Raw*` part into the validated part or a [`RecipeError`] that names
+//! the field and its position.
+
+use std::path::{Path, PathBuf};
+
+use super::syntax::{self, Verdict};
+use super::{
+    ConfigBase, Flavor, Kernel, Live, Locations, Ostree, RawKernel, RawLive, RawOstree, RawRecipe, RawRootfs,
+    RawRootfsBase, RawSource, RecipeError, Rootfs, RootfsBase, Source, normalize,
+};
+use crate::io::hashing::is_sha256_hex;
+
+/// The mmdebstrap variants.
+const VARIANTS: &[&str] = &[
+    "extract",
+    "custom",
+    "essential",
+    "apt",
+    "required",
+    "minbase",
+    "buildd",
+    "important",
+    "debootstrap",
+    "standard",
+];
+
+/// What a `debian:` source names.
+#[derive(Clone, Copy)]
+enum DebianKind {
+    /// A kernel source package (`linux-source-6.12`).
+    KernelSource,
+    /// A suite for mmdebstrap (`bookworm`).
+    Suite,
+}
+
+/// Builds errors against one recipe file.
+pub(super) struct Validator<'a> {
+    pub file: &'a Path,
+    pub dir: &'a Path,
+    pub locations: &'a Locations,
+}
+
+impl Validator<'_> {
+    pub fn error(&self, field: &str, message: impl Into<String>) -> RecipeError {
+        RecipeError {
+            file: self.file.to_path_buf(),
+            field: field.to_string(),
+            position: self.locations.find(field),
+            message: message.into(),
+        }
+    }
+
+    /// Turns a [`syntax`] verdict into an error at `field`.
+    fn check(&self, field: &str, verdict: Verdict) -> Result<(), RecipeError> {
+        verdict.map_err(|message| self.error(field, message))
+    }
+
+    fn resolve(&self, field: &str, path: &str) -> Result<PathBuf, RecipeError> {
+        if path.trim().is_empty() {
+            return Err(self.error(field, "path is empty"));
+        }
+        Ok(normalize(&self.dir.join(path)))
+    }
+
+    fn resolve_all(&self, field: &str, paths: &[String]) -> Result<Vec<PathBuf>, RecipeError> {
+        paths
+            .iter()
+            .enumerate()
+            .map(|(i, p)| self.resolve(&format!("{field}[{i}]"), p))
+            .collect()
+    }
+
+    fn resolve_optional(&self, field: &str, path: Option<&str>) -> Result<Option<PathBuf>, RecipeError> {
+        path.map(|p| self.resolve(field, p)).transpose()
+    }
+
+    fn sha256(&self, field: &str, value: &str) -> Result<String, RecipeError> {
+        if is_sha256_hex(value) {
+            return Ok(value.to_ascii_lowercase());
+        }
+        Err(self.error(
+            field,
+            format!(
+                "sha256 must be 64 hex digits, got {:?} ({} characters)",
+                value,
+                value.len()
+            ),
+        ))
+    }
+
+    /// Debian package names, each checked with [`syntax::debian_package`].
+    fn packages(&self, field: &str, packages: &[String]) -> Result<Vec<String>, RecipeError> {
+        for (i, package) in packages.iter().enumerate() {
+            self.check(&format!("{field}[{i}]"), syntax::debian_package(package))?;
+        }
+        Ok(packages.to_vec())
+    }
+
+    fn source(&self, field: &str, raw: &RawSource, kind: DebianKind) -> Result<Source, RecipeError> {
+        self.exactly_one_kind(field, raw)?;
+        if let Some(url) = &raw.url {
+            return self.url_source(field, url, raw.sha256.as_deref());
+        }
+        let sha_field = format!("{field}.sha256");
+        if let Some(path) = &raw.path {
+            return Ok(Source::Path {
+                path: self.resolve(&format!("{field}.path"), path)?,
+                sha256: raw
+                    .sha256
+                    .as_deref()
+                    .map(|s| self.sha256(&sha_field, s))
+                    .transpose()?,
+            });
+        }
+        if raw.sha256.is_some() {
+            return Err(self.error(
+                &sha_field,
+                "`sha256` applies to `url` and `path` sources, not `debian`",
+            ));
+        }
+        let name = raw.debian.as_deref().unwrap_or_default();
+        let verdict = match kind {
+            DebianKind::KernelSource => syntax::linux_source_package(name),
+            DebianKind::Suite => syntax::debian_suite(name),
+        };
+        self.check(&format!("{field}.debian"), verdict)?;
+        Ok(Source::Debian {
+            package: name.to_string(),
+        })
+    }
+
+    fn exactly_one_kind(&self, field: &str, raw: &RawSource) -> Result<(), RecipeError> {
+        let given: Vec<&str> = [("url", &raw.url), ("path", &raw.path), ("debian", &raw.debian)]
+            .into_iter()
+            .filter(|(_, v)| v.is_some())
+            .map(|(k, _)| k)
+            .collect();
+        if given.len() == 1 {
+            return Ok(());
+        }
+        let found = if given.is_empty() {
+            "none".to_string()
+        } else {
+            given.join(" and ")
+        };
+        Err(self.error(
+            field,
+            format!("give exactly one of `url` (with `sha256`), `path` or `debian`; found {found}"),
+        ))
+    }
+
+    fn url_source(&self, field: &str, url: &str, sha256: Option<&str>) -> Result<Source, RecipeError> {
+        let url_field = format!("{field}.url");
+        self.check(&url_field, syntax::download_url(url))?;
+        let sha = sha256.ok_or_else(|| {
+            self.error(
+                &url_field,
+                "a url needs a `sha256` pin: downloads are verified and cached by content",
+            )
+        })?;
+        Ok(Source::Url {
+            url: url.to_string(),
+            sha256: self.sha256(&format!("{field}.sha256"), sha)?,
+        })
+    }
+}
+
+/// `name` and `version`: they reach file names, GRUB menu titles and commit
+/// subjects.
+pub(super) fn identity(v: &Validator, raw: &RawRecipe) -> Result<(), RecipeError> {
+    v.check("name", syntax::image_name(&raw.name))?;
+    v.check("version", syntax::image_version(&raw.version))
+}
+
+pub(super) fn kernel(v: &Validator, rk: &RawKernel, flavor: Flavor) -> Result<Kernel, RecipeError> {
+    Ok(Kernel {
+        source: v.source("kernel.source", &rk.source, DebianKind::KernelSource)?,
+        base: config_base(v, &rk.base)?,
+        fragments: v.resolve_all("kernel.fragments", &rk.fragments)?,
+        allow_dropped: allow_dropped(v, &rk.allow_dropped, flavor)?,
+        cmdline: cmdline(v, &rk.cmdline)?,
+    })
+}
+
+/// A make config target, else a path to a `.config` (never a make option).
+fn config_base(v: &Validator, base: &str) -> Result<ConfigBase, RecipeError> {
+    if syntax::is_make_config_target(base) {
+        Ok(ConfigBase::Target(base.to_string()))
+    } else {
+        Ok(ConfigBase::File(v.resolve("kernel.base", base)?))
+    }
+}
+
+/// Kconfig symbols, given with or without `CONFIG_`; never PREEMPT_RT in `rt`.
+fn allow_dropped(v: &Validator, symbols: &[String], flavor: Flavor) -> Result<Vec<String>, RecipeError> {
+    let mut full_names = Vec::new();
+    for (i, symbol) in symbols.iter().enumerate() {
+        let field = format!("kernel.allow-dropped[{i}]");
+        let bare = symbol.strip_prefix("CONFIG_").unwrap_or(symbol);
+        if bare.is_empty() || !bare.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return Err(v.error(&field, format!("{symbol:?} is not a Kconfig symbol")));
+        }
+        if flavor == Flavor::Rt && bare == "PREEMPT_RT" {
+            return Err(v.error(
+                &field,
+                "PREEMPT_RT can never be allowed to drop in an `rt` recipe",
+            ));
+        }
+        full_names.push(format!("CONFIG_{bare}"));
+    }
+    Ok(full_names)
+}
+
+fn cmdline(v: &Validator, args: &[String]) -> Result<Vec<String>, RecipeError> {
+    for (i, arg) in args.iter().enumerate() {
+        v.check(&format!("kernel.cmdline[{i}]"), syntax::kernel_argument(arg))?;
+    }
+    Ok(args.to_vec())
+}
+
+pub(super) fn rootfs(v: &Validator, rr: &RawRootfs) -> Result<Rootfs, RecipeError> {
+    let base = match &rr.base.debian {
+        Some(suite) => debian_base(v, &rr.base, suite)?,
+        None => tarball_base(v, &rr.base)?,
+    };
+    Ok(Rootfs {
+        base,
+        overlays: v.resolve_all("rootfs.overlays", &rr.overlays)?,
+    })
+}
+
+fn debian_base(v: &Validator, rb: &RawRootfsBase, suite: &str) -> Result<RootfsBase, RecipeError> {
+    if rb.url.is_some() || rb.path.is_some() || rb.sha256.is_some() {
+        return Err(v.error(
+            "rootfs.base",
+            "give either `debian` (mmdebstrap) or a tarball `path`/`url`, not both",
+        ));
+    }
+    v.check("rootfs.base.debian", syntax::debian_suite(suite))?;
+    let variant = rb.variant.clone().unwrap_or_else(|| "minbase".to_string());
+    if !VARIANTS.contains(&variant.as_str()) {
+        return Err(v.error(
+            "rootfs.base.variant",
+            format!(
+                "unknown mmdebstrap variant {variant:?}; one of {}",
+                VARIANTS.join(", ")
+            ),
+        ));
+    }
+    let mirror = rb
+        .mirror
+        .as_deref()
+        .map(|m| syntax::mirror_url(m).map_err(|e| v.error("rootfs.base.mirror", e)))
+        .transpose()?;
+    Ok(RootfsBase::Debian {
+        suite: suite.to_string(),
+        variant,
+        packages: v.packages("rootfs.base.packages", &rb.packages)?,
+        mirror,
+    })
+}
+
+fn tarball_base(v: &Validator, rb: &RawRootfsBase) -> Result<RootfsBase, RecipeError> {
+    if rb.variant.is_some() || !rb.packages.is_empty() || rb.mirror.is_some() {
+        return Err(v.error(
+            "rootfs.base",
+            "`variant`, `packages` and `mirror` apply only to a `debian` base",
+        ));
+    }
+    let raw_source = RawSource {
+        url: rb.url.clone(),
+        path: rb.path.clone(),
+        debian: None,
+        sha256: rb.sha256.clone(),
+    };
+    Ok(RootfsBase::Tarball(v.source(
+        "rootfs.base",
+        &raw_source,
+        DebianKind::Suite,
+    )?))
+}
+
+pub(super) fn ostree(v: &Validator, ro: &RawOstree) -> Result<Ostree, RecipeError> {
+    v.check("ostree.ref", syntax::ostree_ref(&ro.ref_name))?;
+    if ro.gpg_homedir.is_some() && ro.gpg_key.is_none() {
+        return Err(v.error("ostree.gpg-homedir", "`gpg-homedir` needs `gpg-key`"));
+    }
+    Ok(Ostree {
+        repo: v.resolve_optional("ostree.repo", ro.repo.as_deref())?,
+        ref_name: ro.ref_name.clone(),
+        gpg_key: ro.gpg_key.clone(),
+        gpg_homedir: v.resolve_optional("ostree.gpg-homedir", ro.gpg_homedir.as_deref())?,
+    })
+}
+
+pub(super) fn live(v: &Validator, rl: Option<&RawLive>) -> Result<Live, RecipeError> {
+    let Some(rl) = rl else {
+        return Ok(Live::default());
+    };
+    Ok(Live {
+        iso: v.resolve_optional("live.iso", rl.iso.as_deref())?,
+        ssh_authorized_keys: ssh_keys(v, &rl.ssh_authorized_keys)?,
+        packages: v.packages("live.packages", &rl.packages)?,
+        rootfs: v.resolve_optional("live.rootfs", rl.rootfs.as_deref())?,
+    })
+}
+
+/// Each key parsed as an OpenSSH public key and normalised.
+fn ssh_keys(v: &Validator, keys: &[String]) -> Result<Vec<String>, RecipeError> {
+    keys.iter()
+        .enumerate()
+        .map(|(i, key)| {
+            syntax::ssh_public_key(key).map_err(|e| v.error(&format!("live.ssh-authorized-keys[{i}]"), e))
+        })
+        .collect()
+}
