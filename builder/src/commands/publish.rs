@@ -279,6 +279,9 @@ pub fn parse_version(version: &str) -> Result<debversion::Version, BadVersion> {
     if parsed.epoch.is_none() && parsed.upstream_version.contains(':') {
         return Err(bad("a colon is allowed only after an epoch (`1:2.0`)"));
     }
+    if parsed.debian_revision.is_none() && parsed.upstream_version.contains('-') {
+        return Err(bad("the Debian revision after the last `-` is empty"));
+    }
     Ok(parsed)
 }
 
