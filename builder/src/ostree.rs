@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use glib::prelude::*;
 use gio::prelude::FileExt;
+use glib::prelude::*;
 use glib::translate::IntoGlib;
 use ostree::gio;
 use serde::{Deserialize, Serialize};
@@ -304,7 +304,12 @@ pub fn generate_summary(root: &Path, scratch: &Path) -> Result<Vec<u8>> {
 }
 
 /// A detached GPG signature of a summary, as libostree writes `summary.sig`.
-pub fn sign_summary(repo: &ostree::Repo, summary: &[u8], key_id: &str, homedir: Option<&Path>) -> Result<Vec<u8>> {
+pub fn sign_summary(
+    repo: &ostree::Repo,
+    summary: &[u8],
+    key_id: &str,
+    homedir: Option<&Path>,
+) -> Result<Vec<u8>> {
     let homedir = homedir.map(|h| h.to_string_lossy().into_owned());
     let signature = repo
         .gpg_sign_data(
@@ -336,10 +341,7 @@ pub fn same_summary(a: &[u8], b: &[u8]) -> bool {
 /// signature is renamed into place, then the summary (see
 /// [`summary_files_in_order`]).
 pub fn update_summary(repo: &ostree::Repo, key_id: Option<&str>, homedir: Option<&Path>) -> Result<()> {
-    let root = repo
-        .path()
-        .path()
-        .context("the repo has no local path")?;
+    let root = repo.path().path().context("the repo has no local path")?;
     let scratch = tempfile::Builder::new()
         .prefix(".imgbuild-summary-")
         .tempdir_in(&root)

@@ -491,7 +491,11 @@ fn interrupted_publish_keeps_serving_v1_and_a_rerun_completes() {
         }
     };
     assert!(f.publish(&killed).is_err());
-    assert_eq!(temps(remote), Vec::<PathBuf>::new(), "an error path left temp files");
+    assert_eq!(
+        temps(remote),
+        Vec::<PathBuf>::new(),
+        "an error path left temp files"
+    );
     let remote_repo = ost::open(remote).unwrap();
     assert_eq!(
         ost::resolve(&remote_repo, REF).unwrap().as_deref(),
@@ -613,7 +617,10 @@ fn summary_is_never_served_unsigned_when_signing_is_interrupted() {
     let err = f.publish(&lose_key).unwrap_err();
     assert!(format!("{err:#}").contains("signing the summary"), "{err:#}");
     std::fs::rename(&hidden, &secrets).unwrap();
-    assert!(remote.join("summary.sig").is_file(), "the summary lost its signature");
+    assert!(
+        remote.join("summary.sig").is_file(),
+        "the summary lost its signature"
+    );
     assert_eq!(temps(remote), Vec::<PathBuf>::new());
 
     // The served summary and signature still match: a client that verifies
@@ -651,7 +658,9 @@ fn earlier_commits_are_published_and_pulled_by_checksum_up_to_depth() {
     let publish_to = |to: &Path, depth: usize| {
         publish(
             &f.repo,
-            &LocalDir { root: to.to_path_buf() },
+            &LocalDir {
+                root: to.to_path_buf(),
+            },
             &PublishOptions {
                 refs: vec![REF.into()],
                 gpg_key: Some(&key.fingerprint),
@@ -671,7 +680,10 @@ fn earlier_commits_are_published_and_pulled_by_checksum_up_to_depth() {
     let arg = client(dir.path(), "shallow-client", "archive", &url, &key.public);
     run(&mut ostree(&["pull", &arg, "origin", &v3]));
     let out = ostree(&["pull", &arg, "origin", &v2]).output().unwrap();
-    assert!(!out.status.success(), "v2 is beyond depth 1 and must not be served");
+    assert!(
+        !out.status.success(),
+        "v2 is beyond depth 1 and must not be served"
+    );
 
     // The default depth carries all three parents, each with a delta to the tip.
     let report = f.publish(&ok).unwrap();
@@ -679,7 +691,8 @@ fn earlier_commits_are_published_and_pulled_by_checksum_up_to_depth() {
     for parent in [&v1, &v2, &v3] {
         let name = format!("{}-{}", &parent[..12], &v4[..12]);
         assert!(
-            report.refs[0].deltas.contains(&name) || report.refs[0].skipped_deltas.iter().any(|s| s.starts_with(&name)),
+            report.refs[0].deltas.contains(&name)
+                || report.refs[0].skipped_deltas.iter().any(|s| s.starts_with(&name)),
             "no delta decision for {name}: {:?}",
             report.refs[0]
         );
@@ -689,7 +702,11 @@ fn earlier_commits_are_published_and_pulled_by_checksum_up_to_depth() {
         "{:?}",
         report.refs[0]
     );
-    assert_eq!(signatures(remote, &v1), 1, "a carried commit travels with its signature");
+    assert_eq!(
+        signatures(remote, &v1),
+        1,
+        "a carried commit travels with its signature"
+    );
     assert!(f.publish(&ok).unwrap().no_op);
     run(&mut ostree(&["fsck", &format!("--repo={}", remote.display())]));
 

@@ -272,7 +272,9 @@ pub fn parse_version(version: &str) -> Result<debversion::Version, BadVersion> {
         version: version.to_string(),
         reason: reason.to_string(),
     };
-    let parsed: debversion::Version = version.parse().map_err(|e: debversion::ParseError| bad(&e.to_string()))?;
+    let parsed: debversion::Version = version
+        .parse()
+        .map_err(|e: debversion::ParseError| bad(&e.to_string()))?;
     if !parsed.upstream_version.starts_with(|c: char| c.is_ascii_digit()) {
         return Err(bad("the upstream version must start with a digit"));
     }
@@ -500,7 +502,12 @@ fn plan_ref(
         && *remote_commit != commit
         && !options.force
     {
-        require_newer(ref_name, &version, remote_commit, remote_version.as_deref().unwrap_or(""))?;
+        require_newer(
+            ref_name,
+            &version,
+            remote_commit,
+            remote_version.as_deref().unwrap_or(""),
+        )?;
     }
     let parents = local_parents(repo, ref_name, &info, options.depth, ui)?;
     Ok(Plan {
@@ -573,13 +580,17 @@ fn local_parents(
         match repo.load_commit(&parent) {
             Ok((_, state)) if !state.contains(ostree::RepoCommitState::PARTIAL) => {}
             _ => {
-                ui.note(format!("{ref_name}: history ends at {parent}, which the local repo does not hold whole"));
+                ui.note(format!(
+                    "{ref_name}: history ends at {parent}, which the local repo does not hold whole"
+                ));
                 break;
             }
         }
         let info = ost::read_commit(repo, &parent)?;
         if let Err(e) = gate_ref(repo, ref_name, &parent, &info) {
-            ui.note(format!("{ref_name}: history ends at {parent}, which the gate refuses: {e:#}"));
+            ui.note(format!(
+                "{ref_name}: history ends at {parent}, which the gate refuses: {e:#}"
+            ));
             break;
         }
         next = info.parent.clone();
@@ -800,14 +811,21 @@ fn copy_delta(
         .into_iter()
         .filter_map(Result::ok)
         .filter(|e| e.file_type().is_file())
-        .map(|e| e.path().strip_prefix(source).expect("inside the repo").to_path_buf())
+        .map(|e| {
+            e.path()
+                .strip_prefix(source)
+                .expect("inside the repo")
+                .to_path_buf()
+        })
         .collect();
     files.sort_by_key(|f| f.ends_with("superblock"));
     for file in files {
         transport.put_file(&file, &source.join(&file))?;
         report.delta_files_copied += 1;
     }
-    ui.note(format!("delta {name}: {delta_bytes} bytes (objects: {object_bytes} bytes)"));
+    ui.note(format!(
+        "delta {name}: {delta_bytes} bytes (objects: {object_bytes} bytes)"
+    ));
     Ok(DeltaOutcome::Published)
 }
 
@@ -925,14 +943,28 @@ mod tests {
 
     #[test]
     fn versions_that_are_not_debian_are_refused() {
-        for bad in ["", "v9", "release", "-1", "1.0 beta", "1_0", "a:1.0", "1.0:x", "2.1/rc1", "1.0-"] {
+        for bad in [
+            "", "v9", "release", "-1", "1.0 beta", "1_0", "a:1.0", "1.0:x", "2.1/rc1", "1.0-",
+        ] {
             let err = parse_version(bad).expect_err(bad);
             assert_eq!(err.version, bad);
             assert!(err.to_string().contains("not a valid Debian version"), "{err}");
         }
-        assert!(parse_version("v9").unwrap_err().reason.contains("start with a digit"));
+        assert!(
+            parse_version("v9")
+                .unwrap_err()
+                .reason
+                .contains("start with a digit")
+        );
         assert!(version_cmp("10.0", "v9").is_err());
-        for good in ["1", "2026.11.1", "2.1~rc1", "2.1-rc1", "1:2.0-3+b1", "0.1+git20260101"] {
+        for good in [
+            "1",
+            "2026.11.1",
+            "2.1~rc1",
+            "2.1-rc1",
+            "1:2.0-3+b1",
+            "0.1+git20260101",
+        ] {
             parse_version(good).expect(good);
         }
     }
