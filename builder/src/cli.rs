@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use clap::{Parser, Subcommand};
+use clap::{ArgGroup, Args, Parser, Subcommand};
 
 use crate::cache::Cache;
 use crate::commands::publish;
@@ -39,85 +39,108 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run the pipeline of a recipe.
-    Recipe {
-        /// The recipe file (YAML).
-        file: PathBuf,
-        /// Stop after this stage.
-        #[arg(long, value_enum, default_value = "tag")]
-        until: Stage,
-        /// Work directory for stage outputs.
-        #[arg(long, default_value = "build")]
-        work_dir: PathBuf,
-        /// Cache directory [default: $IMGBUILD_CACHE, else ~/.cache/imgbuild].
-        #[arg(long)]
-        cache_dir: Option<PathBuf>,
-        /// QEMU accelerator for the boot check.
-        #[arg(long, value_enum, default_value = "tcg")]
-        accel: Accel,
-        /// Seconds of jitter during the boot check (0: none).
-        #[arg(long, default_value_t = 5)]
-        boot_jitter: u64,
-        /// Seconds the boot check may take.
-        #[arg(long, default_value_t = 900)]
-        boot_timeout: u64,
-        /// Boot check through UEFI firmware (OVMF) instead of BIOS.
-        #[arg(long)]
-        uefi: bool,
-    },
+    Recipe(RecipeArgs),
     /// Check a kernel image (bzImage) for PREEMPT_RT and print the evidence.
-    VerifyKernel {
-        image: PathBuf,
-        /// The .config the image was built from.
-        #[arg(long)]
-        config: Option<PathBuf>,
-        /// A modules directory (lib/modules/<release>) whose vermagic to check.
-        #[arg(long)]
-        modules: Option<PathBuf>,
-    },
+    VerifyKernel(VerifyKernelArgs),
     /// Boot an ISO in QEMU and check the running kernel over the serial console.
-    Boot {
-        iso: PathBuf,
-        #[arg(long, value_enum, default_value = "tcg")]
-        accel: Accel,
-        /// Seconds to wait for the guest.
-        #[arg(long, default_value_t = 600)]
-        timeout: u64,
-        /// Run jitter for this many seconds and print its report.
-        #[arg(long)]
-        jitter: Option<u64>,
-        /// Boot through UEFI firmware (OVMF) instead of BIOS.
-        #[arg(long)]
-        uefi: bool,
-    },
+    Boot(BootArgs),
     /// Publish tagged commits to an ostree remote.
-    Publish {
-        #[arg(long)]
-        repo: PathBuf,
-        /// A directory or file:// URL (the remote's web root).
-        #[arg(long)]
-        to: String,
-        /// Refs to publish [default: every ref of the repo].
-        #[arg(long = "ref")]
-        refs: Vec<String>,
-        /// GPG key to sign the summary with.
-        #[arg(long)]
-        gpg_key: Option<String>,
-        #[arg(long, requires = "gpg_key")]
-        gpg_homedir: Option<PathBuf>,
-        /// Static deltas from this many previously published commits per ref.
-        #[arg(long, default_value_t = 2)]
-        deltas: usize,
-        /// Publish even when the version is not newer than the remote's.
-        #[arg(long)]
-        force: bool,
-    },
+    Publish(PublishArgs),
     /// Show a commit's metadata, including the RT evidence.
-    Inspect {
-        #[arg(long)]
-        repo: PathBuf,
-        #[arg(value_name = "REF")]
-        ref_name: String,
-    },
+    Inspect(InspectArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RecipeArgs {
+    /// The recipe file (YAML).
+    file: PathBuf,
+    /// Stop after this stage.
+    #[arg(long, value_enum, default_value = "tag")]
+    until: Stage,
+    /// Work directory for stage outputs.
+    #[arg(long, default_value = "build")]
+    work_dir: PathBuf,
+    /// Cache directory [default: $IMGBUILD_CACHE, else ~/.cache/imgbuild].
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+    /// QEMU accelerator for the boot check.
+    #[arg(long, value_enum, default_value = "tcg")]
+    accel: Accel,
+    /// Seconds of jitter during the boot check (0: none).
+    #[arg(long, default_value_t = 5)]
+    boot_jitter: u64,
+    /// Seconds the boot check may take.
+    #[arg(long, default_value_t = 900)]
+    boot_timeout: u64,
+    /// Boot check through UEFI firmware (OVMF) instead of BIOS.
+    #[arg(long)]
+    uefi: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct VerifyKernelArgs {
+    image: PathBuf,
+    /// The .config the image was built from.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// A modules directory (lib/modules/<release>) whose vermagic to check.
+    #[arg(long)]
+    modules: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct BootArgs {
+    iso: PathBuf,
+    #[arg(long, value_enum, default_value = "tcg")]
+    accel: Accel,
+    /// Seconds to wait for the guest.
+    #[arg(long, default_value_t = 600)]
+    timeout: u64,
+    /// Run jitter for this many seconds and print its report.
+    #[arg(long)]
+    jitter: Option<u64>,
+    /// Boot through UEFI firmware (OVMF) instead of BIOS.
+    #[arg(long)]
+    uefi: bool,
+}
+
+#[derive(Args, Debug)]
+#[command(group(ArgGroup::new("signing").required(true).args(["gpg_key", "unsigned"])))]
+pub struct PublishArgs {
+    #[arg(long)]
+    repo: PathBuf,
+    /// A directory or file:// URL (the remote's web root).
+    #[arg(long)]
+    to: String,
+    /// Refs to publish [default: every ref of the repo].
+    #[arg(long = "ref")]
+    refs: Vec<String>,
+    /// GPG key to sign the commits and the summary with (or --unsigned).
+    #[arg(long)]
+    gpg_key: Option<String>,
+    #[arg(long, requires = "gpg_key")]
+    gpg_homedir: Option<PathBuf>,
+    /// Publish without signatures (or --gpg-key).
+    #[arg(long)]
+    unsigned: bool,
+    /// Static deltas from this many previously published commits per ref.
+    #[arg(long, default_value_t = 2)]
+    deltas: usize,
+    /// Parents of each ref's tip to carry along (with a delta from each), so
+    /// devices can pull or deploy them by checksum.
+    #[arg(long, default_value_t = publish::DEFAULT_DEPTH)]
+    depth: usize,
+    /// Publish even when the version is not newer than the remote's.
+    #[arg(long)]
+    force: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct InspectArgs {
+    #[arg(long)]
+    repo: PathBuf,
+    #[arg(value_name = "REF")]
+    ref_name: String,
 }
 
 /// Parses the command line, runs it and maps the result to the exit code.
@@ -203,151 +226,146 @@ fn render_commit(info: &ostree::CommitInfo, evidence: Option<&rtcheck::Evidence>
 pub fn run(cli: Cli) -> Result<u8> {
     let ui = Ui::new(cli.json);
     match cli.command {
-        Command::Recipe {
-            file,
-            until,
-            work_dir,
-            cache_dir,
-            accel,
-            boot_jitter,
-            boot_timeout,
-            uefi,
-        } => {
-            let recipe = Recipe::load(&file)?;
-            let cache_root = cache_dir.unwrap_or_else(Cache::default_root);
-            let cache = Cache::open(&cache_root)?;
-            std::fs::create_dir_all(&work_dir)
-                .with_context(|| format!("creating work dir {}", work_dir.display()))?;
-            let work_dir = work_dir.canonicalize()?;
-            let ctx = pipeline::Context {
-                recipe,
-                work_dir,
-                cache,
-                ui,
-                fetch_options: FetchOptions::default(),
-                boot: BootOptions {
-                    accel,
-                    timeout: Duration::from_secs(boot_timeout),
-                    jitter: (boot_jitter > 0).then_some(boot_jitter),
-                    uefi,
-                },
-            };
-            let mut report = PipelineReport::default();
-            let result = pipeline::run(&ctx, until, &mut report);
-            if cli.json {
-                let mut doc = serde_json::to_value(&report)?;
-                doc["ok"] = serde_json::Value::Bool(result.is_ok());
-                if let Err(e) = &result {
-                    doc["error"] = serde_json::Value::String(format!("{e:#}"));
-                    doc["exit-code"] = exit_code(e).into();
-                }
-                print_json(&doc)?;
-            }
-            result?;
-            ctx.ui
-                .step("done", format!("pipeline finished after stage `{until}`"));
-            Ok(exit::OK)
-        }
-        Command::VerifyKernel {
-            image,
-            config,
-            modules,
-        } => {
-            let evidence = verify::check_artifacts(&image, config.as_deref(), modules.as_deref())?;
-            let mut required = vec![id::HEADER, id::UTS_VERSION];
-            if config.is_some() {
-                required.push(id::BUILD_CONFIG);
-            }
-            let verdict = verify::gate("verify-kernel", &evidence, &required);
-            if cli.json {
-                let mut doc = serde_json::to_value(&evidence)?;
-                doc["preempt-rt"] = verdict.is_ok().into();
-                doc["image"] = image.display().to_string().into();
-                print_json(&doc)?;
-            } else {
-                print!("{}", verify::render(&evidence));
-            }
-            verdict?;
-            Ok(exit::OK)
-        }
-        Command::Boot {
-            iso,
-            accel,
-            timeout,
-            jitter,
-            uefi,
-        } => {
-            let options = BootOptions {
-                accel,
-                timeout: Duration::from_secs(timeout),
-                jitter,
-                uefi,
-            };
-            let sha = crate::io::hashing::sha256_file(&iso, None)?;
-            let log_dir = tempfile::Builder::new()
-                .prefix("imgbuild-boot-")
-                .tempdir()?
-                .keep();
-            let out = boot::boot(&iso, &sha, &options, &log_dir.join("console.log"), &ui)?;
-            if cli.json {
-                print_json(&serde_json::to_value(&out)?)?;
-            } else {
-                print!("{}", boot::render(&out));
-            }
-            verify::gate("boot", &out.evidence, &[id::BOOT_UNAME, id::BOOT_CONFIG])?;
-            Ok(exit::OK)
-        }
-        Command::Publish {
-            repo,
-            to,
-            refs,
-            gpg_key,
-            gpg_homedir,
-            deltas,
-            force,
-        } => {
-            let transport = publish::LocalDir::parse(&to)?;
-            let options = publish::PublishOptions {
-                refs,
-                gpg_key: gpg_key.as_deref(),
-                gpg_homedir: gpg_homedir.as_deref(),
-                deltas,
-                force,
-                after_phase: &|_| Ok(()),
-            };
-            let report = publish::publish(&repo, &transport, &options, &ui)?;
-            if cli.json {
-                print_json(&serde_json::to_value(&report)?)?;
-            } else if report.no_op {
-                println!(
-                    "nothing to publish: {} already serves these commits",
-                    report.destination
-                );
-            } else {
-                for r in &report.refs {
-                    println!(
-                        "{} -> {} ({}), deltas: {}",
-                        r.ref_name,
-                        r.commit,
-                        r.version,
-                        r.deltas.join(", ")
-                    );
-                }
-            }
-            Ok(exit::OK)
-        }
-        Command::Inspect { repo, ref_name } => {
-            let repository = ostree::open(&repo)?;
-            let info = ostree::read_commit(&repository, &ref_name)?;
-            let evidence = commit::full_evidence(&info).ok();
-            if cli.json {
-                let mut doc = serde_json::to_value(&info)?;
-                doc["evidence"] = serde_json::to_value(&evidence)?;
-                print_json(&doc)?;
-            } else {
-                print!("{}", render_commit(&info, evidence.as_ref()));
-            }
-            Ok(exit::OK)
-        }
+        Command::Recipe(args) => run_recipe(args, ui, cli.json),
+        Command::VerifyKernel(args) => run_verify_kernel(args, cli.json),
+        Command::Boot(args) => run_boot(args, &ui, cli.json),
+        Command::Publish(args) => run_publish(args, &ui, cli.json),
+        Command::Inspect(args) => run_inspect(args, cli.json),
     }
+}
+
+fn run_recipe(args: RecipeArgs, ui: Ui, json: bool) -> Result<u8> {
+    let recipe = Recipe::load(&args.file)?;
+    recipe.check_work_dir(&std::path::absolute(&args.work_dir)?)?;
+    let cache_root = args.cache_dir.unwrap_or_else(Cache::default_root);
+    let cache = Cache::open(&cache_root)?;
+    std::fs::create_dir_all(&args.work_dir)
+        .with_context(|| format!("creating work dir {}", args.work_dir.display()))?;
+    let ctx = pipeline::Context {
+        recipe,
+        work_dir: args.work_dir.canonicalize()?,
+        cache,
+        ui,
+        fetch_options: FetchOptions::default(),
+        boot: BootOptions {
+            accel: args.accel,
+            timeout: Duration::from_secs(args.boot_timeout),
+            jitter: (args.boot_jitter > 0).then_some(args.boot_jitter),
+            uefi: args.uefi,
+        },
+    };
+    let mut report = PipelineReport::default();
+    let result = pipeline::run(&ctx, args.until, &mut report);
+    if json {
+        let mut doc = serde_json::to_value(&report)?;
+        doc["ok"] = serde_json::Value::Bool(result.is_ok());
+        if let Err(e) = &result {
+            doc["error"] = serde_json::Value::String(format!("{e:#}"));
+            doc["exit-code"] = exit_code(e).into();
+        }
+        print_json(&doc)?;
+    }
+    result?;
+    ctx.ui
+        .step("done", format!("pipeline finished after stage `{}`", args.until));
+    Ok(exit::OK)
+}
+
+fn run_verify_kernel(args: VerifyKernelArgs, json: bool) -> Result<u8> {
+    let evidence = verify::check_artifacts(&args.image, args.config.as_deref(), args.modules.as_deref())?;
+    let mut required = vec![id::HEADER, id::UTS_VERSION];
+    if args.config.is_some() {
+        required.push(id::BUILD_CONFIG);
+    }
+    let verdict = verify::gate("verify-kernel", &evidence, &required);
+    if json {
+        let mut doc = serde_json::to_value(&evidence)?;
+        doc["preempt-rt"] = verdict.is_ok().into();
+        doc["image"] = args.image.display().to_string().into();
+        print_json(&doc)?;
+    } else {
+        print!("{}", verify::render(&evidence));
+    }
+    verdict?;
+    Ok(exit::OK)
+}
+
+fn run_boot(args: BootArgs, ui: &Ui, json: bool) -> Result<u8> {
+    let options = BootOptions {
+        accel: args.accel,
+        timeout: Duration::from_secs(args.timeout),
+        jitter: args.jitter,
+        uefi: args.uefi,
+    };
+    let sha = crate::io::hashing::sha256_file(&args.iso, None)?;
+    let log_dir = tempfile::Builder::new()
+        .prefix("imgbuild-boot-")
+        .tempdir()?
+        .keep();
+    let out = boot::boot(&args.iso, &sha, &options, &log_dir.join("console.log"), ui)?;
+    if json {
+        print_json(&serde_json::to_value(&out)?)?;
+    } else {
+        print!("{}", boot::render(&out));
+    }
+    verify::gate("boot", &out.evidence, &[id::BOOT_UNAME, id::BOOT_CONFIG])?;
+    Ok(exit::OK)
+}
+
+fn run_publish(args: PublishArgs, ui: &Ui, json: bool) -> Result<u8> {
+    let transport = publish::LocalDir::parse(&args.to)?;
+    let options = publish::PublishOptions {
+        refs: args.refs,
+        gpg_key: args.gpg_key.as_deref(),
+        gpg_homedir: args.gpg_homedir.as_deref(),
+        deltas: args.deltas,
+        depth: args.depth,
+        force: args.force,
+        after_phase: &|_| Ok(()),
+    };
+    let report = publish::publish(&args.repo, &transport, &options, ui)?;
+    if json {
+        print_json(&serde_json::to_value(&report)?)?;
+    } else {
+        print!("{}", render_publish(&report));
+    }
+    Ok(exit::OK)
+}
+
+/// The human form of `publish`.
+fn render_publish(report: &publish::PublishReport) -> String {
+    if report.no_op {
+        return format!(
+            "nothing to publish: {} already serves these commits\n",
+            report.destination
+        );
+    }
+    report
+        .refs
+        .iter()
+        .map(|r| {
+            format!(
+                "{} -> {} ({}), history: {}, deltas: {}\n",
+                r.ref_name,
+                r.commit,
+                r.version,
+                r.history.len(),
+                r.deltas.join(", ")
+            )
+        })
+        .collect()
+}
+
+fn run_inspect(args: InspectArgs, json: bool) -> Result<u8> {
+    let repository = ostree::open(&args.repo)?;
+    let info = ostree::read_commit(&repository, &args.ref_name)?;
+    let evidence = commit::full_evidence(&info).ok();
+    if json {
+        let mut doc = serde_json::to_value(&info)?;
+        doc["evidence"] = serde_json::to_value(&evidence)?;
+        print_json(&doc)?;
+    } else {
+        print!("{}", render_commit(&info, evidence.as_ref()));
+    }
+    Ok(exit::OK)
 }

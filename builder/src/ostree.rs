@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
+use gio::prelude::FileExt;
 use glib::prelude::*;
+use glib::translate::IntoGlib;
 use ostree::gio;
 use serde::{Deserialize, Serialize};
 
@@ -217,96 +219,52 @@ pub fn set_ref(repo: &ostree::Repo, ref_name: &str, checksum: &str) -> Result<()
         .with_context(|| format!("setting ref {ref_name} to {checksum}"))
 }
 
-/// Issuer fingerprints (subpacket 33) and key IDs (subpacket 16) of an
-/// OpenPGP v4 signature packet, as uppercase hex.
-pub fn signature_issuers(packet: &[u8]) -> Vec<String> {
-    let mut issuers = Vec::new();
-    let Some(&tag) = packet.first() else {
-        return issuers;
-    };
-    // Packet header: new format (0xC2 + length) or old format (0x88..0x8B).
-    let body_start = if tag & 0x40 != 0 {
-        match packet.get(1) {
-            Some(&l) if l < 192 => 2,
-            Some(&l) if l < 224 => 3,
-            Some(255) => 6,
-            _ => return issuers,
-        }
-    } else {
-        match tag & 0x03 {
-            0 => 2,
-            1 => 3,
-            2 => 5,
-            _ => 1,
-        }
-    };
-    let Some(body) = packet.get(body_start..) else {
-        return issuers;
-    };
-    if body.first() != Some(&4) || body.len() < 6 {
-        return issuers;
+/// Whether the commit's detached metadata holds a signature by `key_id`
+/// (a fingerprint or key ID, matched on its trailing hex digits). libostree
+/// reads the signatures; the issuer is known even without the public key.
+pub fn signed_by(repo: &ostree::Repo, checksum: &str, key_id: &str) -> Result<bool> {
+    if !has_gpg_signatures(repo, checksum)? {
+        return Ok(false);
     }
-    let mut at = 4;
-    for _ in 0..2 {
-        let Some(len) = body
-            .get(at..at + 2)
-            .map(|b| u16::from_be_bytes([b[0], b[1]]) as usize)
-        else {
-            break;
-        };
-        let Some(area) = body.get(at + 2..at + 2 + len) else {
-            break;
-        };
-        let mut i = 0;
-        while i < area.len() {
-            let (size, header) = match area[i] {
-                l @ 0..192 => (l as usize, 1),
-                l @ 192..=254 => match area.get(i + 1) {
-                    Some(&next) => ((((l as usize) - 192) << 8) + next as usize + 192, 2),
-                    None => break,
-                },
-                _ => match area.get(i + 1..i + 5) {
-                    Some(b) => (u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize, 5),
-                    None => break,
-                },
-            };
-            let Some(sub) = area.get(i + header..i + header + size) else {
-                break;
-            };
-            match sub.split_first() {
-                Some((33, rest)) if rest.len() > 1 => issuers.push(hex::encode_upper(&rest[1..])),
-                Some((16, rest)) => issuers.push(hex::encode_upper(rest)),
-                _ => {}
-            }
-            i += header + size;
-        }
-        at += 2 + len;
-    }
-    issuers
+    let result = repo
+        .verify_commit_ext(checksum, gio::File::NONE, gio::File::NONE, gio::Cancellable::NONE)
+        .with_context(|| format!("reading the signatures of commit {checksum}"))?;
+    Ok((0..result.count_all()).any(|index| {
+        let signature = result.all(index);
+        [
+            ostree::GpgSignatureAttr::Fingerprint,
+            ostree::GpgSignatureAttr::FingerprintPrimary,
+        ]
+        .iter()
+        .filter_map(|attr| signature.try_child_value(attr.into_glib() as usize))
+        .filter_map(|value| value.str().map(str::to_string))
+        .any(|issuer| same_key(&issuer, key_id))
+    }))
 }
 
-/// Whether the commit's detached metadata holds a signature by `key_id`
-/// (a fingerprint or key ID, matched on its trailing hex digits).
-pub fn signed_by(repo: &ostree::Repo, checksum: &str, key_id: &str) -> Result<bool> {
-    let wanted: String = key_id
-        .trim_start_matches("0x")
-        .chars()
-        .filter(|c| !c.is_whitespace())
-        .collect::<String>()
-        .to_uppercase();
-    let Some(detached) = repo.read_commit_detached_metadata(checksum, gio::Cancellable::NONE)? else {
-        return Ok(false);
-    };
-    let Some(signatures) = glib::VariantDict::new(Some(&detached)).lookup_value("ostree.gpgsigs", None)
-    else {
-        return Ok(false);
-    };
-    Ok(signatures.iter().any(|signature| {
-        let bytes: Vec<u8> = signature.iter().filter_map(|b| b.get::<u8>()).collect();
-        signature_issuers(&bytes)
-            .iter()
-            .any(|issuer| issuer.ends_with(&wanted) || wanted.ends_with(issuer.as_str()))
+fn has_gpg_signatures(repo: &ostree::Repo, checksum: &str) -> Result<bool> {
+    let detached = repo
+        .read_commit_detached_metadata(checksum, gio::Cancellable::NONE)
+        .with_context(|| format!("reading detached metadata of {checksum}"))?;
+    Ok(detached.is_some_and(|d| {
+        glib::VariantDict::new(Some(&d))
+            .lookup_value("ostree.gpgsigs", None)
+            .is_some_and(|sigs| sigs.n_children() > 0)
     }))
+}
+
+/// Whether two key designations (fingerprints or key IDs, any case, with or
+/// without `0x` and spaces) name the same key: one ends with the other.
+pub fn same_key(a: &str, b: &str) -> bool {
+    let normal = |k: &str| -> String {
+        k.trim_start_matches("0x")
+            .chars()
+            .filter(|c| !c.is_whitespace())
+            .collect::<String>()
+            .to_uppercase()
+    };
+    let (a, b) = (normal(a), normal(b));
+    !a.is_empty() && !b.is_empty() && (a.ends_with(&b) || b.ends_with(&a))
 }
 
 /// GPG-signs a commit unless `key_id` already signed it; true when it signed.
@@ -325,16 +283,106 @@ pub fn sign_commit(
     Ok(true)
 }
 
-/// Regenerates the summary, signing it when a key is given.
+/// Generates the summary of the repo at `root` as bytes, leaving the repo's
+/// own `summary` alone: libostree regenerates it in a shadow repo built in
+/// `scratch` (an empty directory) whose objects, refs and deltas are the
+/// repo's own, through symlinks.
+pub fn generate_summary(root: &Path, scratch: &Path) -> Result<Vec<u8>> {
+    let root = std::path::absolute(root).with_context(|| format!("resolving {}", root.display()))?;
+    std::fs::copy(root.join("config"), scratch.join("config"))
+        .with_context(|| format!("copying the config of {}", root.display()))?;
+    std::fs::create_dir(scratch.join("tmp"))?;
+    for shared in ["objects", "refs", "deltas"] {
+        std::os::unix::fs::symlink(root.join(shared), scratch.join(shared))
+            .with_context(|| format!("linking {shared} into {}", scratch.display()))?;
+    }
+    let shadow = open(scratch)?;
+    shadow
+        .regenerate_summary(None, gio::Cancellable::NONE)
+        .with_context(|| format!("generating the summary of {}", root.display()))?;
+    std::fs::read(scratch.join("summary")).context("reading the generated summary")
+}
+
+/// A detached GPG signature of a summary, as libostree writes `summary.sig`.
+pub fn sign_summary(
+    repo: &ostree::Repo,
+    summary: &[u8],
+    key_id: &str,
+    homedir: Option<&Path>,
+) -> Result<Vec<u8>> {
+    let homedir = homedir.map(|h| h.to_string_lossy().into_owned());
+    let signature = repo
+        .gpg_sign_data(
+            &glib::Bytes::from(summary),
+            None,
+            &[key_id],
+            homedir.as_deref(),
+            gio::Cancellable::NONE,
+        )
+        .with_context(|| format!("signing the summary with GPG key {key_id}"))?;
+    Ok(signature.to_vec())
+}
+
+/// Whether two summaries list the same refs, commits, deltas and metadata,
+/// ignoring when each was generated.
+pub fn same_summary(a: &[u8], b: &[u8]) -> bool {
+    let parse = |data: &[u8]| {
+        let ty = glib::VariantTy::new("(a(s(taya{sv}))a{sv})").expect("valid type");
+        let summary = glib::Variant::from_bytes_with_type(&glib::Bytes::from(data), ty).normal_form();
+        let metadata = glib::VariantDict::new(Some(&summary.child_value(1)));
+        metadata.remove("ostree.summary.last-modified");
+        (summary.child_value(0), metadata.end())
+    };
+    parse(a) == parse(b)
+}
+
+/// Regenerates the summary, signed when a key is given. The new summary is
+/// generated and signed before either file in the repo changes; then the
+/// signature is renamed into place, then the summary (see
+/// [`summary_files_in_order`]).
 pub fn update_summary(repo: &ostree::Repo, key_id: Option<&str>, homedir: Option<&Path>) -> Result<()> {
-    repo.regenerate_summary(None, gio::Cancellable::NONE)
-        .context("regenerating the summary")?;
-    if let Some(key) = key_id {
-        let homedir = homedir.map(|h| h.to_string_lossy().into_owned());
-        repo.add_gpg_signature_summary(&[key], homedir.as_deref(), gio::Cancellable::NONE)
-            .with_context(|| format!("signing the summary with GPG key {key}"))?;
+    let root = repo.path().path().context("the repo has no local path")?;
+    let scratch = tempfile::Builder::new()
+        .prefix(".imgbuild-summary-")
+        .tempdir_in(&root)
+        .with_context(|| format!("creating a scratch dir in {}", root.display()))?;
+    let summary = generate_summary(&root, scratch.path())?;
+    let signature = match key_id {
+        Some(key) => Some(sign_summary(repo, &summary, key, homedir)?),
+        None => None,
+    };
+    for (name, data) in summary_files_in_order(&summary, signature.as_deref()) {
+        let path = root.join(name);
+        match data {
+            Some(data) => crate::cache::write_file_atomic(&path, data)?,
+            None => remove_if_present(&path)?,
+        }
     }
     Ok(())
+}
+
+/// The order in which a new summary and its signature replace the old ones:
+/// `summary.sig` (written, or removed when unsigned) first, `summary` last.
+/// A reader fetches `summary` and then `summary.sig`, so with this order it
+/// never pairs a new summary with an old or missing signature: once the new
+/// summary is visible, its signature already is. A reader between the two
+/// renames (or after a kill there) sees the old summary with the new
+/// signature, which fails verification and is retried; the next publish
+/// completes the pair. Nothing unsigned is ever served as signed.
+pub fn summary_files_in_order<'a>(
+    summary: &'a [u8],
+    signature: Option<&'a [u8]>,
+) -> [(&'static str, Option<&'a [u8]>); 2] {
+    [("summary.sig", signature), ("summary", Some(summary))]
+}
+
+fn remove_if_present(path: &Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(e).with_context(|| format!("removing {}", path.display()))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Adds keys to a commit's detached metadata, keeping what is there

@@ -109,3 +109,78 @@ fn checksum_mismatch_exits_1_with_both_hashes() {
         );
     assert!(common::files_under(&dir.path().join("cache/blobs")).is_empty());
 }
+
+/// An archive repo with one standard-flavor commit of `version` on `t/standard`.
+fn ostree_repo(dir: &std::path::Path, version: &str) -> std::path::PathBuf {
+    let repo = dir.join("repo");
+    let tree = dir.join("tree");
+    std::fs::create_dir_all(tree.join("usr")).unwrap();
+    std::fs::write(tree.join("usr/hello"), "hello\n").unwrap();
+    let ostree = |args: &[&str]| {
+        let out = std::process::Command::new("ostree").args(args).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    let repo_arg = format!("--repo={}", repo.display());
+    ostree(&["init", &repo_arg, "--mode=archive"]);
+    ostree(&[
+        "commit",
+        &repo_arg,
+        "--branch=t/standard",
+        &format!("--add-metadata-string=version={version}"),
+        &format!("--tree=dir={}", tree.display()),
+    ]);
+    repo
+}
+
+#[test]
+fn publish_asks_for_a_key_or_an_explicit_unsigned() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = ostree_repo(dir.path(), "1.0");
+    let www = dir.path().join("www");
+    let publish = || {
+        let mut cmd = imgbuild();
+        cmd.arg("publish").arg("--repo").arg(&repo).arg("--to").arg(&www);
+        cmd
+    };
+    publish()
+        .assert()
+        .code(2)
+        .stderr(contains("--gpg-key").and(contains("--unsigned")));
+    publish()
+        .args(["--unsigned", "--gpg-key", "ABCD"])
+        .assert()
+        .code(2)
+        .stderr(contains("--unsigned").and(contains("--gpg-key")));
+    assert!(!www.exists(), "a usage error must not touch the destination");
+
+    publish()
+        .arg("--unsigned")
+        .assert()
+        .code(0)
+        .stdout(contains("t/standard"));
+    assert!(www.join("refs/heads/t/standard").is_file());
+    assert!(www.join("summary").is_file());
+    assert!(!www.join("summary.sig").exists());
+    publish()
+        .arg("--unsigned")
+        .assert()
+        .code(0)
+        .stdout(contains("nothing to publish"));
+}
+
+#[test]
+fn publish_refuses_a_version_that_is_not_debian() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = ostree_repo(dir.path(), "v9");
+    imgbuild()
+        .arg("publish")
+        .arg("--repo")
+        .arg(&repo)
+        .arg("--to")
+        .arg(dir.path().join("www"))
+        .arg("--unsigned")
+        .assert()
+        .code(1)
+        .stderr(contains("\"v9\" is not a valid Debian version").and(contains("start with a digit")));
+    assert!(!dir.path().join("www/refs/heads/t/standard").exists());
+}

@@ -150,6 +150,7 @@ fn do_publish(
             gpg_key: Some(&key.fingerprint),
             gpg_homedir: Some(key.home.path()),
             deltas: 2,
+            depth: 5,
             force: false,
             after_phase: after,
         },
@@ -285,6 +286,42 @@ impl Fixture {
     }
 }
 
+/// GPG signatures on a commit of the repo at `repo`.
+fn signatures(repo: &Path, commit: &str) -> usize {
+    ost::read_commit(&ost::open(repo).unwrap(), commit)
+        .unwrap()
+        .detached_metadata
+        .get("ostree.gpgsigs")
+        .and_then(|v| v.as_array())
+        .map_or(0, Vec::len)
+}
+
+/// Publish's temp files and dirs under `remote`.
+fn temps(remote: &Path) -> Vec<PathBuf> {
+    walkdir::WalkDir::new(remote)
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with(".publish-"))
+        .map(|e| e.into_path())
+        .collect()
+}
+
+/// A client repo whose remote demands a signed summary as well as signed commits.
+fn strict_client(dir: &Path, name: &str, url: &str, key: &Path) -> String {
+    let arg = format!("--repo={}", dir.join(name).display());
+    run(&mut ostree(&["init", &arg, "--mode=archive"]));
+    run(&mut ostree(&[
+        "remote",
+        "add",
+        &arg,
+        "--set=gpg-verify-summary=true",
+        &format!("--gpg-import={}", key.display()),
+        "origin",
+        url,
+    ]));
+    arg
+}
+
 fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
@@ -300,6 +337,12 @@ fn device_pulls_verifies_deploys_upgrades_by_delta_and_rolls_back() {
     assert_eq!(report.refs[0].commit, v1);
     // Publishing the same thing twice is a no-op.
     assert!(f.publish(&ok).unwrap().no_op);
+    // libostree finds the tag's signature by this key: publish did not sign again.
+    assert_eq!(signatures(remote, &v1), 1);
+    assert!(ost::signed_by(&ost::open(&f.repo).unwrap(), &v1, &f.key.fingerprint).unwrap());
+    assert!(ost::signed_by(&ost::open(&f.repo).unwrap(), &v1, &f.key.fingerprint[24..]).unwrap());
+    let stranger = GpgKey::generate("not-the-signer");
+    assert!(!ost::signed_by(&ost::open(&f.repo).unwrap(), &v1, &stranger.fingerprint).unwrap());
     run(&mut ostree(&["fsck", &format!("--repo={}", remote.display())]));
 
     let server = StaticServer::start(remote);
@@ -448,6 +491,11 @@ fn interrupted_publish_keeps_serving_v1_and_a_rerun_completes() {
         }
     };
     assert!(f.publish(&killed).is_err());
+    assert_eq!(
+        temps(remote),
+        Vec::<PathBuf>::new(),
+        "an error path left temp files"
+    );
     let remote_repo = ost::open(remote).unwrap();
     assert_eq!(
         ost::resolve(&remote_repo, REF).unwrap().as_deref(),
@@ -462,8 +510,24 @@ fn interrupted_publish_keeps_serving_v1_and_a_rerun_completes() {
         v1
     );
 
+    // What a kill -9 mid-copy leaves: temp files beside objects, refs and
+    // the summary, and a half-built scratch dir. The rerun removes them.
+    let stale = [
+        remote.join("objects/00/.publish-k1ll3d"),
+        remote.join("refs/heads/emberrtos/x86_64/.publish-Zx81"),
+        remote.join(".publish-summary"),
+    ];
+    for file in &stale {
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(file, b"half written").unwrap();
+    }
+    std::fs::create_dir_all(remote.join(".publish-scratch/tmp")).unwrap();
+    std::os::unix::fs::symlink(remote.join("objects"), remote.join(".publish-scratch/objects")).unwrap();
     let report = f.publish(&ok).unwrap();
     assert!(!report.no_op);
+    assert_eq!(report.stale_temps_removed, 4);
+    assert_eq!(temps(remote), Vec::<PathBuf>::new());
+    assert!(remote.join("objects").is_dir(), "the cleanup followed a symlink");
     assert_eq!(
         ost::resolve(&ost::open(remote).unwrap(), REF).unwrap().as_deref(),
         Some(v2.as_str())
@@ -522,6 +586,7 @@ fn refuses_rt_without_evidence_and_old_versions() {
             gpg_key: Some(&key.fingerprint),
             gpg_homedir: Some(key.home.path()),
             deltas: 1,
+            depth: 5,
             force: true,
             after_phase: &ok,
         },
@@ -529,4 +594,172 @@ fn refuses_rt_without_evidence_and_old_versions() {
     )
     .unwrap();
     assert_eq!(forced.refs[0].commit, old);
+}
+
+#[test]
+fn summary_is_never_served_unsigned_when_signing_is_interrupted() {
+    let f = Fixture::new();
+    let (dir, key, remote) = (&f.dir, &f.key, &f.remote);
+    let v1 = f.build(1, "2026.11.1");
+    f.publish(&ok).unwrap();
+    let v2 = f.build(2, "2026.11.2");
+
+    // The signing key goes away between the refs and the summary, as a kill
+    // between generating and signing the summary would interrupt it.
+    let secrets = key.home.path().join("private-keys-v1.d");
+    let hidden = key.home.path().join("hidden-keys");
+    let lose_key = |phase: Phase| {
+        if phase == Phase::Refs {
+            std::fs::rename(&secrets, &hidden).unwrap();
+        }
+        Ok(())
+    };
+    let err = f.publish(&lose_key).unwrap_err();
+    assert!(format!("{err:#}").contains("signing the summary"), "{err:#}");
+    std::fs::rename(&hidden, &secrets).unwrap();
+    assert!(
+        remote.join("summary.sig").is_file(),
+        "the summary lost its signature"
+    );
+    assert_eq!(temps(remote), Vec::<PathBuf>::new());
+
+    // The served summary and signature still match: a client that verifies
+    // the summary pulls v1 through it.
+    let url = format!("file://{}", remote.display());
+    let arg = strict_client(dir.path(), "strict", &url, &key.public);
+    run(&mut ostree(&["pull", &arg, "origin", REF]));
+    assert_eq!(
+        run(&mut ostree(&["rev-parse", &arg, &format!("origin:{REF}")])).trim(),
+        v1
+    );
+
+    // The rerun is not a no-op: it completes the summary, signed.
+    let report = f.publish(&ok).unwrap();
+    assert!(!report.no_op, "the rerun left the summary stale");
+    run(&mut ostree(&["pull", &arg, "origin", REF]));
+    assert_eq!(
+        run(&mut ostree(&["rev-parse", &arg, &format!("origin:{REF}")])).trim(),
+        v2
+    );
+    assert!(f.publish(&ok).unwrap().no_op);
+}
+
+#[test]
+fn earlier_commits_are_published_and_pulled_by_checksum_up_to_depth() {
+    let f = Fixture::new();
+    let (dir, key, remote) = (&f.dir, &f.key, &f.remote);
+    let v1 = f.build(1, "2026.11.1");
+    let v2 = f.build(2, "2026.11.2");
+    let v3 = f.build(3, "2026.11.3");
+    let v4 = f.build(4, "2026.11.4");
+
+    // Only the tip and one parent go out at depth 1.
+    let shallow = f.dir.path().join("shallow");
+    let publish_to = |to: &Path, depth: usize| {
+        publish(
+            &f.repo,
+            &LocalDir {
+                root: to.to_path_buf(),
+            },
+            &PublishOptions {
+                refs: vec![REF.into()],
+                gpg_key: Some(&key.fingerprint),
+                gpg_homedir: Some(key.home.path()),
+                deltas: 2,
+                depth,
+                force: false,
+                after_phase: &ok,
+            },
+            &Ui::plain(),
+        )
+        .unwrap()
+    };
+    let report = publish_to(&shallow, 1);
+    assert_eq!(report.refs[0].history, vec![v3.clone()]);
+    let url = format!("file://{}", shallow.display());
+    let arg = client(dir.path(), "shallow-client", "archive", &url, &key.public);
+    run(&mut ostree(&["pull", &arg, "origin", &v3]));
+    let out = ostree(&["pull", &arg, "origin", &v2]).output().unwrap();
+    assert!(
+        !out.status.success(),
+        "v2 is beyond depth 1 and must not be served"
+    );
+
+    // The default depth carries all three parents, each with a delta to the tip.
+    let report = f.publish(&ok).unwrap();
+    assert_eq!(report.refs[0].history, vec![v3.clone(), v2.clone(), v1.clone()]);
+    for parent in [&v1, &v2, &v3] {
+        let name = format!("{}-{}", &parent[..12], &v4[..12]);
+        assert!(
+            report.refs[0].deltas.contains(&name)
+                || report.refs[0].skipped_deltas.iter().any(|s| s.starts_with(&name)),
+            "no delta decision for {name}: {:?}",
+            report.refs[0]
+        );
+    }
+    assert!(
+        report.refs[0].deltas.iter().any(|d| d.starts_with(&v1[..12])),
+        "{:?}",
+        report.refs[0]
+    );
+    assert_eq!(
+        signatures(remote, &v1),
+        1,
+        "a carried commit travels with its signature"
+    );
+    assert!(f.publish(&ok).unwrap().no_op);
+    run(&mut ostree(&["fsck", &format!("--repo={}", remote.display())]));
+
+    // A device pulls the oldest version by checksum, signature verified, and
+    // deploys it.
+    let url = format!("file://{}", remote.display());
+    let device = Device::new(dir.path(), &url, &key.public);
+    run(&mut ostree(&["pull", &device.repo_arg(), "origin", &v1]));
+    let deployed = device.admin(&["deploy", "--os=emberrtos", &v1]);
+    assert!(
+        deployed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&deployed.stderr)
+    );
+    let deployments = device.deployments();
+    assert_eq!(deployments[0].0, v1);
+    assert_eq!(calibration_revision(&deployments[0].1), 1);
+    // And from there to the tip through the delta from v1.
+    let arg = client(dir.path(), "delta-client", "archive", &url, &key.public);
+    run(&mut ostree(&["pull", &arg, "origin", &v1]));
+    let out = run(&mut ostree(&["pull", &arg, "origin", REF]));
+    eprintln!("{out}");
+    assert_eq!(
+        run(&mut ostree(&["rev-parse", &arg, &format!("origin:{REF}")])).trim(),
+        v4
+    );
+}
+
+#[test]
+fn versions_follow_debian_order_and_invalid_ones_are_refused() {
+    let f = Fixture::new();
+    let remote = &f.remote;
+    f.build(1, "2.1~rc1");
+    f.publish(&ok).unwrap();
+    // `2.1` follows its release candidate `2.1~rc1`.
+    let release = f.build(2, "2.1");
+    assert_eq!(f.publish(&ok).unwrap().refs[0].commit, release);
+
+    let served = || ost::resolve(&ost::open(remote).unwrap(), REF).unwrap();
+    f.build(3, "v9");
+    let err = f.publish(&ok).unwrap_err();
+    let message = format!("{err:#}");
+    assert!(
+        message.contains("\"v9\" is not a valid Debian version") && message.contains("start with a digit"),
+        "{message}"
+    );
+    assert_eq!(served().as_deref(), Some(release.as_str()));
+
+    // `-rc1` is a Debian revision: `2.1-rc1` sorts after `2.1`, `2.1` after it does not.
+    let revision = f.build(4, "2.1-rc1");
+    assert_eq!(f.publish(&ok).unwrap().refs[0].commit, revision);
+    f.build(5, "2.1");
+    let err = f.publish(&ok).unwrap_err();
+    assert!(format!("{err:#}").contains("is not newer"), "{err:#}");
+    assert_eq!(served().as_deref(), Some(revision.as_str()));
 }

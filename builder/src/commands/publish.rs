@@ -18,20 +18,36 @@ use crate::stages::commit;
 use crate::stages::tag;
 use crate::ui::Ui;
 
+/// The prefix of every temp file and dir publish makes at the destination.
+/// Nothing else there starts with it, so whatever carries it when a publish
+/// starts (under the destination's lock) was left by a killed run.
+pub const TEMP_PREFIX: &str = ".publish-";
+
+/// The lock file that keeps two publishes to one destination apart.
+pub const LOCK_FILE: &str = ".publish.lock";
+
 /// How files reach the remote. `LocalDir` serves `file://` and plain paths;
 /// an rsync-over-ssh transport can implement the same operations.
 pub trait Transport {
     fn describe(&self) -> String;
     /// Makes DEST an archive repo if it is not one yet.
     fn ensure_repo(&self) -> Result<()>;
+    /// Holds the destination for one publish; released when dropped.
+    fn lock(&self) -> Result<Box<dyn std::any::Any>>;
+    /// Removes the temp files and dirs ([`TEMP_PREFIX`]) a killed publish
+    /// left behind; returns how many. Call it only while holding the lock.
+    fn remove_stale_temps(&self) -> Result<usize>;
     fn exists(&self, rel: &Path) -> Result<bool>;
     fn read(&self, rel: &Path) -> Result<Option<Vec<u8>>>;
     /// Writes `data` to `rel` atomically (temp name, then rename).
     fn put(&self, rel: &Path, data: &[u8]) -> Result<()>;
     /// Copies a local file to `rel` atomically.
     fn put_file(&self, rel: &Path, source: &Path) -> Result<()>;
-    /// Regenerates the summary from what the remote holds, signing it when a key is given.
-    fn update_summary(&self, gpg_key: Option<&str>, gpg_homedir: Option<&Path>) -> Result<()>;
+    /// Removes `rel` if it exists.
+    fn remove(&self, rel: &Path) -> Result<()>;
+    /// The summary the remote's refs, commits and deltas call for, generated
+    /// without touching the summary it serves.
+    fn generate_summary(&self) -> Result<Vec<u8>>;
 }
 
 /// A remote that is a directory on this machine (a web root).
@@ -61,10 +77,15 @@ impl LocalDir {
         let dir = self.root.join(rel.parent().unwrap_or(Path::new("")));
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         tempfile::Builder::new()
-            .prefix(".publish-")
+            .prefix(TEMP_PREFIX)
             .tempfile_in(&dir)
             .with_context(|| format!("creating a temp file in {}", dir.display()))
     }
+}
+
+/// Whether a directory entry is one of publish's temp files or dirs.
+fn is_publish_temp(entry: &walkdir::DirEntry) -> bool {
+    entry.depth() > 0 && entry.file_name().to_string_lossy().starts_with(TEMP_PREFIX)
 }
 
 impl Transport for LocalDir {
@@ -77,6 +98,42 @@ impl Transport for LocalDir {
             ost::open_or_create(&self.root)?;
         }
         Ok(())
+    }
+
+    fn lock(&self) -> Result<Box<dyn std::any::Any>> {
+        let path = self.root.join(LOCK_FILE);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        file.lock()
+            .with_context(|| format!("locking {}", path.display()))?;
+        Ok(Box::new(file))
+    }
+
+    fn remove_stale_temps(&self) -> Result<usize> {
+        let mut stale = Vec::new();
+        let mut walk = walkdir::WalkDir::new(&self.root).into_iter();
+        while let Some(entry) = walk.next() {
+            let entry = entry.with_context(|| format!("listing {}", self.root.display()))?;
+            if is_publish_temp(&entry) {
+                if entry.file_type().is_dir() {
+                    walk.skip_current_dir();
+                }
+                stale.push(entry);
+            }
+        }
+        for entry in &stale {
+            let result = if entry.file_type().is_dir() {
+                std::fs::remove_dir_all(entry.path())
+            } else {
+                std::fs::remove_file(entry.path())
+            };
+            result.with_context(|| format!("removing stale {}", entry.path().display()))?;
+        }
+        Ok(stale.len())
     }
 
     fn exists(&self, rel: &Path) -> Result<bool> {
@@ -93,6 +150,7 @@ impl Transport for LocalDir {
 
     fn put(&self, rel: &Path, data: &[u8]) -> Result<()> {
         use std::io::Write;
+        // On any error the temp file is dropped, which removes it.
         let mut temp = self.temp_in(rel)?;
         temp.write_all(data)?;
         temp.as_file().sync_all()?;
@@ -110,9 +168,21 @@ impl Transport for LocalDir {
         Ok(())
     }
 
-    fn update_summary(&self, gpg_key: Option<&str>, gpg_homedir: Option<&Path>) -> Result<()> {
-        let repo = ost::open(&self.root)?;
-        ost::update_summary(&repo, gpg_key, gpg_homedir)
+    fn remove(&self, rel: &Path) -> Result<()> {
+        match std::fs::remove_file(self.root.join(rel)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(e).with_context(|| format!("removing {}", self.root.join(rel).display()))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn generate_summary(&self) -> Result<Vec<u8>> {
+        let scratch = tempfile::Builder::new()
+            .prefix(TEMP_PREFIX)
+            .tempdir_in(&self.root)
+            .with_context(|| format!("creating a scratch dir in {}", self.root.display()))?;
+        ost::generate_summary(&self.root, scratch.path())
     }
 }
 
@@ -137,12 +207,21 @@ impl fmt::Display for Phase {
     }
 }
 
+/// How many parents of each ref's tip `publish` carries by default.
+pub const DEFAULT_DEPTH: usize = 5;
+
 pub struct PublishOptions<'a> {
     pub refs: Vec<String>,
+    /// GPG key for commits and the summary; `None` publishes unsigned (the
+    /// CLI asks for that explicitly with `--unsigned`).
     pub gpg_key: Option<&'a str>,
     pub gpg_homedir: Option<&'a Path>,
     /// Deltas from this many previously published commits per ref (plus one from empty).
     pub deltas: usize,
+    /// Parents of each ref's tip carried to the remote (commits with their
+    /// trees and content), each with a delta to the tip, so devices can pull
+    /// or deploy them by checksum.
+    pub depth: usize,
     /// Publish even when the version is not newer than the remote's.
     pub force: bool,
     /// Called after each phase completes; an error stops the publish there
@@ -157,6 +236,8 @@ pub struct PublishedRef {
     pub commit: String,
     pub version: String,
     pub previous: Option<String>,
+    /// Parents of the tip carried along, newest first.
+    pub history: Vec<String>,
     pub deltas: Vec<String>,
     pub skipped_deltas: Vec<String>,
 }
@@ -169,24 +250,47 @@ pub struct PublishReport {
     pub objects_copied: usize,
     pub bytes_copied: u64,
     pub delta_files_copied: usize,
+    /// Temp files a killed publish had left at the destination, removed.
+    pub stale_temps_removed: usize,
     /// True when the remote already had everything.
     pub no_op: bool,
 }
 
-/// Compares dotted versions (`2026.11.2` > `2026.11.1`, `1.10` > `1.9`).
-pub fn version_cmp(a: &str, b: &str) -> std::cmp::Ordering {
-    let parts = |v: &str| -> Vec<String> { v.split(['.', '-', '_', '+', '~']).map(str::to_string).collect() };
-    let (pa, pb) = (parts(a), parts(b));
-    for (x, y) in pa.iter().zip(&pb) {
-        let order = match (x.parse::<u64>(), y.parse::<u64>()) {
-            (Ok(m), Ok(n)) => m.cmp(&n),
-            _ => x.cmp(y),
-        };
-        if order != std::cmp::Ordering::Equal {
-            return order;
-        }
+/// A version that is not a valid Debian version.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("version {version:?} is not a valid Debian version: {reason}")]
+pub struct BadVersion {
+    pub version: String,
+    pub reason: String,
+}
+
+/// Parses a version with Debian's syntax (`[epoch:]upstream[-revision]`).
+/// The upstream part must start with a digit, as Debian policy requires:
+/// without that rule `v9` would sort after `10.0`.
+pub fn parse_version(version: &str) -> Result<debversion::Version, BadVersion> {
+    let bad = |reason: &str| BadVersion {
+        version: version.to_string(),
+        reason: reason.to_string(),
+    };
+    let parsed: debversion::Version = version
+        .parse()
+        .map_err(|e: debversion::ParseError| bad(&e.to_string()))?;
+    if !parsed.upstream_version.starts_with(|c: char| c.is_ascii_digit()) {
+        return Err(bad("the upstream version must start with a digit"));
     }
-    pa.len().cmp(&pb.len())
+    if parsed.epoch.is_none() && parsed.upstream_version.contains(':') {
+        return Err(bad("a colon is allowed only after an epoch (`1:2.0`)"));
+    }
+    if parsed.debian_revision.is_none() && parsed.upstream_version.contains('-') {
+        return Err(bad("the Debian revision after the last `-` is empty"));
+    }
+    Ok(parsed)
+}
+
+/// Compares versions in Debian's order (`dpkg --compare-versions`):
+/// `2026.11.2` > `2026.11.1`, `1.10` > `1.9`, `2.1~rc1` < `2.1` < `2.1-1`.
+pub fn version_cmp(a: &str, b: &str) -> Result<std::cmp::Ordering, BadVersion> {
+    Ok(parse_version(a)?.cmp(&parse_version(b)?))
 }
 
 /// ostree's path for a loose object.
@@ -202,20 +306,11 @@ pub fn object_path(checksum: &str, kind: ostree::ObjectType) -> PathBuf {
     PathBuf::from(format!("objects/{}/{}.{ext}", &checksum[..2], &checksum[2..]))
 }
 
-/// ostree's "modified base64" of a checksum: `/` becomes `_`, no padding.
-pub fn checksum_b64(checksum: &str) -> Result<String> {
-    let bytes = hex::decode(checksum).with_context(|| format!("{checksum} is not a hex checksum"))?;
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+_";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let n = (chunk[0] as u32) << 16
-            | (*chunk.get(1).unwrap_or(&0) as u32) << 8
-            | *chunk.get(2).unwrap_or(&0) as u32;
-        for i in 0..=chunk.len() {
-            out.push(ALPHABET[(n >> (18 - 6 * i) & 0x3f) as usize] as char);
-        }
-    }
-    Ok(out)
+/// ostree's "modified base64" of a checksum (`/` becomes `_`, no padding).
+fn checksum_b64(checksum: &str) -> Result<String> {
+    Ok(ostree::Checksum::from_hex(checksum)
+        .with_context(|| format!("{checksum} is not a hex checksum"))?
+        .to_base64())
 }
 
 /// The directory of a static delta in a repo, relative to its root.
@@ -269,6 +364,49 @@ fn remote_history(
     Ok(history)
 }
 
+/// What publishing one ref involves, decided before anything is copied.
+struct Plan {
+    ref_name: String,
+    commit: String,
+    version: String,
+    /// Local parents of the tip carried along, newest first.
+    parents: Vec<String>,
+    /// The remote's commits of the ref, newest first.
+    remote: Vec<(String, Option<String>)>,
+}
+
+impl Plan {
+    /// The tip's parents first (oldest first), the tip last.
+    fn commits(&self) -> impl Iterator<Item = &String> {
+        self.parents.iter().rev().chain(std::iter::once(&self.commit))
+    }
+
+    fn entry(&self) -> PublishedRef {
+        PublishedRef {
+            ref_name: self.ref_name.clone(),
+            commit: self.commit.clone(),
+            version: self.version.clone(),
+            previous: self.remote.first().map(|(c, _)| c.clone()),
+            history: self.parents.clone(),
+            ..Default::default()
+        }
+    }
+
+    /// True when the remote's ref already points at the tip and holds every
+    /// commit of the plan.
+    fn is_served_by(&self, transport: &dyn Transport) -> Result<bool> {
+        if self.remote.first().is_none_or(|(c, _)| *c != self.commit) {
+            return Ok(false);
+        }
+        for commit in &self.parents {
+            if !transport.exists(&object_path(commit, ostree::ObjectType::Commit))? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
+
 /// Publishes the refs of the local archive repo `source` through `transport`.
 pub fn publish(
     source: &Path,
@@ -277,7 +415,53 @@ pub fn publish(
     ui: &Ui,
 ) -> Result<PublishReport> {
     let repo = ost::open(source)?;
-    let refs: Vec<String> = if options.refs.is_empty() {
+    let refs = refs_to_publish(&repo, source, &options.refs)?;
+    transport.ensure_repo()?;
+    let _lock = transport.lock()?;
+    let mut report = PublishReport {
+        destination: transport.describe(),
+        stale_temps_removed: transport.remove_stale_temps()?,
+        ..PublishReport::default()
+    };
+    if report.stale_temps_removed > 0 {
+        ui.note(format!(
+            "removed {} temp file(s) an interrupted publish left",
+            report.stale_temps_removed
+        ));
+    }
+    let plans = refs
+        .iter()
+        .map(|ref_name| plan_ref(&repo, source, transport, ref_name, options, ui))
+        .collect::<Result<Vec<_>>>()?;
+    sign_commits(&repo, &plans, options, ui)?;
+
+    if served_already(transport, &plans)? {
+        return finish_served(source, &repo, transport, &plans, options, ui, report);
+    }
+    ui.step("publish", format!("objects to {}", transport.describe()));
+    copy_objects(&repo, source, transport, &plans, &mut report)?;
+    (options.after_phase)(Phase::Objects)?;
+
+    ui.step("publish", "static deltas");
+    report.refs = plans
+        .iter()
+        .map(|plan| copy_deltas(&repo, source, transport, plan, options, ui, &mut report))
+        .collect::<Result<Vec<_>>>()?;
+    (options.after_phase)(Phase::Deltas)?;
+
+    ui.step("publish", "refs");
+    move_refs(transport, &plans, ui)?;
+    (options.after_phase)(Phase::Refs)?;
+
+    ui.step("publish", "summary");
+    publish_summary(&repo, transport, options)?;
+    (options.after_phase)(Phase::Summary)?;
+    Ok(report)
+}
+
+/// The refs named, or every ref of the repo.
+fn refs_to_publish(repo: &ostree::Repo, source: &Path, named: &[String]) -> Result<Vec<String>> {
+    let refs: Vec<String> = if named.is_empty() {
         let mut all: Vec<String> = repo
             .list_refs(None, gio::Cancellable::NONE)?
             .into_keys()
@@ -285,250 +469,399 @@ pub fn publish(
         all.sort();
         all
     } else {
-        options.refs.clone()
+        named.to_vec()
     };
     if refs.is_empty() {
         bail!("{} has no refs to publish (tag a commit first)", source.display());
     }
-    transport.ensure_repo()?;
+    Ok(refs)
+}
 
-    // Decide what to publish, refusing before anything is copied.
-    struct Plan {
-        ref_name: String,
-        commit: String,
-        version: String,
-        history: Vec<(String, Option<String>)>,
-    }
-    let mut plans = Vec::new();
-    for ref_name in &refs {
-        let commit = ost::resolve(&repo, ref_name)?
-            .with_context(|| format!("{} has no ref {ref_name}", source.display()))?;
-        let info = ost::read_commit(&repo, &commit)?;
-        let flavor = info
-            .metadata
-            .get(commit::key::FLAVOR)
-            .and_then(|v| v.as_str())
-            .unwrap_or("");
-        if flavor == "rt" {
-            let evidence = commit::full_evidence(&info).map_err(|e| Refused {
-                stage: "publish".into(),
-                summary: format!("{ref_name} is flavor rt but commit {commit} carries no RT evidence"),
-                reasons: vec![format!("{e:#}")],
-            })?;
-            let with_modules = evidence
-                .get(rtcheck::evidence::id::MODULES)
-                .is_some_and(|c| c.status != rtcheck::Status::Skip);
-            let required = tag::required_checks(with_modules, true);
-            crate::stages::verify::gate("publish", &evidence, &required).map_err(|mut refused| {
-                refused.summary = format!(
-                    "{ref_name} ({commit}) is flavor rt without complete PREEMPT_RT evidence; not published"
-                );
-                refused
-            })?;
-        }
-        let version = info
-            .metadata
-            .get(commit::key::VERSION)
-            .and_then(|v| v.as_str())
-            .unwrap_or("")
-            .to_string();
-        let history = remote_history(transport, ref_name, options.deltas + 1)?;
-        if let Some((remote_commit, remote_version)) = history.first()
-            && *remote_commit != commit
-        {
-            let remote_version = remote_version.clone().unwrap_or_default();
-            if version_cmp(&version, &remote_version) != std::cmp::Ordering::Greater && !options.force {
-                bail!(
-                    "{ref_name}: version {version:?} is not newer than the remote's {remote_version:?} (commit {remote_commit}); \
-                     bump the recipe's version or pass --force"
-                );
-            }
-        }
-        plans.push(Plan {
-            ref_name: ref_name.clone(),
-            commit,
-            version,
-            history,
-        });
-    }
-
-    // Commits travel with their signature: sign them (once per key) first.
-    if let Some(key) = options.gpg_key {
-        for plan in &plans {
-            if ost::sign_commit(&repo, &plan.commit, key, options.gpg_homedir)? {
-                ui.note(format!("signed {} with GPG key {key}", plan.commit));
-            }
-        }
-    }
-    let mut report = PublishReport {
-        destination: transport.describe(),
-        ..PublishReport::default()
-    };
-    if plans
-        .iter()
-        .all(|p| p.history.first().is_some_and(|(c, _)| *c == p.commit))
+/// Gates, versions and histories of one ref; refuses before anything is copied.
+fn plan_ref(
+    repo: &ostree::Repo,
+    source: &Path,
+    transport: &dyn Transport,
+    ref_name: &str,
+    options: &PublishOptions,
+    ui: &Ui,
+) -> Result<Plan> {
+    let commit = ost::resolve(repo, ref_name)?
+        .with_context(|| format!("{} has no ref {ref_name}", source.display()))?;
+    let info = ost::read_commit(repo, &commit)?;
+    gate_ref(repo, ref_name, &commit, &info)?;
+    let version = info
+        .metadata
+        .get(commit::key::VERSION)
+        .and_then(|v| v.as_str())
+        .unwrap_or("")
+        .to_string();
+    parse_version(&version).with_context(|| format!("{ref_name}: commit {commit} cannot be published"))?;
+    let remote = remote_history(transport, ref_name, options.deltas + 1)?;
+    if let Some((remote_commit, remote_version)) = remote.first()
+        && *remote_commit != commit
+        && !options.force
     {
-        // Detached metadata (signatures) may still have changed.
-        let mut changed = false;
-        for plan in &plans {
-            changed |= sync_commitmeta(source, transport, &plan.commit, &mut report)?;
+        require_newer(
+            ref_name,
+            &version,
+            remote_commit,
+            remote_version.as_deref().unwrap_or(""),
+        )?;
+    }
+    let parents = local_parents(repo, ref_name, &info, options.depth, ui)?;
+    Ok(Plan {
+        ref_name: ref_name.to_string(),
+        commit,
+        version,
+        parents,
+        remote,
+    })
+}
+
+/// Refuses `version` unless it is newer, in Debian's order, than the
+/// version the remote serves.
+fn require_newer(ref_name: &str, version: &str, remote_commit: &str, remote_version: &str) -> Result<()> {
+    let order = version_cmp(version, remote_version).with_context(|| {
+        format!("{ref_name}: cannot order {version:?} after the remote's {remote_version:?} (commit {remote_commit}); pass --force to publish anyway")
+    })?;
+    if order != std::cmp::Ordering::Greater {
+        bail!(
+            "{ref_name}: version {version:?} is not newer than the remote's {remote_version:?} (commit {remote_commit}) \
+             in Debian's version order; bump the recipe's version or pass --force"
+        );
+    }
+    Ok(())
+}
+
+/// The publish gate of one commit of a ref. The integrator swaps in the gate
+/// that re-verifies the kernel inside the commit and takes the flavor from
+/// the ref's name.
+fn gate_ref(_repo: &ostree::Repo, ref_name: &str, commit: &str, info: &ost::CommitInfo) -> Result<()> {
+    let flavor = info
+        .metadata
+        .get(commit::key::FLAVOR)
+        .and_then(|v| v.as_str())
+        .unwrap_or("");
+    if flavor != "rt" {
+        return Ok(());
+    }
+    let evidence = commit::full_evidence(info).map_err(|e| Refused {
+        stage: "publish".into(),
+        summary: format!("{ref_name} is flavor rt but commit {commit} carries no RT evidence"),
+        reasons: vec![format!("{e:#}")],
+    })?;
+    let with_modules = evidence
+        .get(rtcheck::evidence::id::MODULES)
+        .is_some_and(|c| c.status != rtcheck::Status::Skip);
+    let required = tag::required_checks(with_modules, true);
+    crate::stages::verify::gate("publish", &evidence, &required).map_err(|mut refused| {
+        refused.summary =
+            format!("{ref_name} ({commit}) is flavor rt without complete PREEMPT_RT evidence; not published");
+        refused
+    })?;
+    Ok(())
+}
+
+/// Up to `depth` parents of the tip, newest first: those the local repo holds
+/// complete and that pass the gate. The walk stops at the first that does not.
+fn local_parents(
+    repo: &ostree::Repo,
+    ref_name: &str,
+    tip: &ost::CommitInfo,
+    depth: usize,
+    ui: &Ui,
+) -> Result<Vec<String>> {
+    let mut parents = Vec::new();
+    let mut next = tip.parent.clone();
+    while let Some(parent) = next.take()
+        && parents.len() < depth
+    {
+        match repo.load_commit(&parent) {
+            Ok((_, state)) if !state.contains(ostree::RepoCommitState::PARTIAL) => {}
+            _ => {
+                ui.note(format!(
+                    "{ref_name}: history ends at {parent}, which the local repo does not hold whole"
+                ));
+                break;
+            }
         }
-        if !changed {
+        let info = ost::read_commit(repo, &parent)?;
+        if let Err(e) = gate_ref(repo, ref_name, &parent, &info) {
             ui.note(format!(
-                "{} already serves these commits: nothing to publish",
-                transport.describe()
+                "{ref_name}: history ends at {parent}, which the gate refuses: {e:#}"
             ));
-            report.no_op = true;
-            report.refs = plans
-                .iter()
-                .map(|p| PublishedRef {
-                    ref_name: p.ref_name.clone(),
-                    commit: p.commit.clone(),
-                    version: p.version.clone(),
-                    previous: Some(p.commit.clone()),
-                    ..Default::default()
-                })
-                .collect();
-            return Ok(report);
+            break;
+        }
+        next = info.parent.clone();
+        parents.push(parent);
+    }
+    Ok(parents)
+}
+
+/// Commits travel with their signature: sign them (once per key) first.
+fn sign_commits(repo: &ostree::Repo, plans: &[Plan], options: &PublishOptions, ui: &Ui) -> Result<()> {
+    let Some(key) = options.gpg_key else {
+        return Ok(());
+    };
+    for commit in plans.iter().flat_map(Plan::commits) {
+        if ost::sign_commit(repo, commit, key, options.gpg_homedir)? {
+            ui.note(format!("signed {commit} with GPG key {key}"));
         }
     }
+    Ok(())
+}
 
-    // 1. Objects: content and trees first, commit objects last. Commits are
-    // signed first (once per key) so they reach the remote with their signature.
-    ui.step("publish", format!("objects to {}", transport.describe()));
-    for plan in &plans {
-        let objects = repo
-            .traverse_commit(&plan.commit, 0, gio::Cancellable::NONE)
-            .with_context(|| format!("listing the objects of {}", plan.commit))?;
-        let mut ordered: Vec<(String, ostree::ObjectType)> = objects
-            .iter()
-            .map(|o| (o.checksum().to_string(), o.object_type()))
-            .collect();
-        ordered.sort_by_key(|(c, t)| (matches!(t, ostree::ObjectType::Commit), c.clone()));
-        for (checksum, kind) in ordered {
-            let rel = object_path(&checksum, kind);
-            if transport.exists(&rel)? {
-                continue;
-            }
-            let local = source.join(&rel);
-            transport.put_file(&rel, &local)?;
-            report.objects_copied += 1;
-            report.bytes_copied += local.metadata().map(|m| m.len()).unwrap_or(0);
+fn served_already(transport: &dyn Transport, plans: &[Plan]) -> Result<bool> {
+    for plan in plans {
+        if !plan.is_served_by(transport)? {
+            return Ok(false);
         }
-        sync_commitmeta(source, transport, &plan.commit, &mut report)?;
+    }
+    Ok(true)
+}
+
+/// The remote serves every commit already: bring signatures and the summary
+/// up to date if they are not (an interrupted publish), else report a no-op.
+fn finish_served(
+    source: &Path,
+    repo: &ostree::Repo,
+    transport: &dyn Transport,
+    plans: &[Plan],
+    options: &PublishOptions,
+    ui: &Ui,
+    mut report: PublishReport,
+) -> Result<PublishReport> {
+    let mut changed = false;
+    for commit in plans.iter().flat_map(Plan::commits) {
+        changed |= sync_commitmeta(source, transport, commit, &mut report)?;
+    }
+    changed |= publish_summary(repo, transport, options)?;
+    report.refs = plans
+        .iter()
+        .map(|plan| PublishedRef {
+            previous: Some(plan.commit.clone()),
+            ..plan.entry()
+        })
+        .collect();
+    if !changed {
+        ui.note(format!(
+            "{} already serves these commits: nothing to publish",
+            transport.describe()
+        ));
+        report.no_op = true;
+    }
+    Ok(report)
+}
+
+/// Objects phase: each commit's content and trees before its commit object,
+/// parents before the tip, then its detached metadata (signatures).
+fn copy_objects(
+    repo: &ostree::Repo,
+    source: &Path,
+    transport: &dyn Transport,
+    plans: &[Plan],
+    report: &mut PublishReport,
+) -> Result<()> {
+    for commit in plans.iter().flat_map(Plan::commits) {
+        copy_commit_objects(repo, source, transport, commit, report)?;
+        sync_commitmeta(source, transport, commit, report)?;
+    }
+    Ok(())
+}
+
+fn copy_commit_objects(
+    repo: &ostree::Repo,
+    source: &Path,
+    transport: &dyn Transport,
+    commit: &str,
+    report: &mut PublishReport,
+) -> Result<()> {
+    let objects = repo
+        .traverse_commit(commit, 0, gio::Cancellable::NONE)
+        .with_context(|| format!("listing the objects of {commit}"))?;
+    let mut ordered: Vec<(String, ostree::ObjectType)> = objects
+        .iter()
+        .map(|o| (o.checksum().to_string(), o.object_type()))
+        .collect();
+    ordered.sort_by_key(|(c, t)| (matches!(t, ostree::ObjectType::Commit), c.clone()));
+    for (checksum, kind) in ordered {
+        let rel = object_path(&checksum, kind);
+        if transport.exists(&rel)? {
+            continue;
+        }
+        let local = source.join(&rel);
+        transport.put_file(&rel, &local)?;
+        report.objects_copied += 1;
+        report.bytes_copied += local.metadata().map(|m| m.len()).unwrap_or(0);
+    }
+    Ok(())
+}
+
+/// Where the deltas to a ref's tip start: the carried parents, the commits
+/// the remote served recently, and empty (`None`), without repeats.
+fn delta_sources(plan: &Plan, deltas: usize) -> Vec<Option<String>> {
+    let remote = plan
+        .remote
+        .iter()
+        .map(|(c, _)| c)
+        .filter(|c| **c != plan.commit)
+        .take(deltas);
+    let mut sources: Vec<Option<String>> = Vec::new();
+    for commit in plan.parents.iter().chain(remote) {
+        if !sources.iter().any(|s| s.as_deref() == Some(commit.as_str())) {
+            sources.push(Some(commit.clone()));
+        }
+    }
+    sources.push(None);
+    sources
+}
+
+/// Deltas phase for one ref: a static delta to the tip from each source.
+fn copy_deltas(
+    repo: &ostree::Repo,
+    source: &Path,
+    transport: &dyn Transport,
+    plan: &Plan,
+    options: &PublishOptions,
+    ui: &Ui,
+    report: &mut PublishReport,
+) -> Result<PublishedRef> {
+    let mut entry = plan.entry();
+    for from in delta_sources(plan, options.deltas) {
+        let delta = Delta {
+            from: from.as_deref(),
+            to: &plan.commit,
+        };
+        match copy_delta(repo, source, transport, &delta, ui, report)? {
+            DeltaOutcome::Published => entry.deltas.push(delta.name()),
+            DeltaOutcome::Skipped(why) => entry.skipped_deltas.push(format!("{}: {why}", delta.name())),
+        }
+    }
+    Ok(entry)
+}
+
+struct Delta<'a> {
+    from: Option<&'a str>,
+    to: &'a str,
+}
+
+impl Delta<'_> {
+    fn name(&self) -> String {
+        match self.from {
+            Some(f) => format!("{}-{}", &f[..12], &self.to[..12]),
+            None => format!("empty-{}", &self.to[..12]),
+        }
+    }
+}
+
+enum DeltaOutcome {
+    Published,
+    Skipped(String),
+}
+
+/// Generates one delta locally and copies it, parts before the superblock
+/// (which makes it visible); skips it when it would not save bytes.
+fn copy_delta(
+    repo: &ostree::Repo,
+    source: &Path,
+    transport: &dyn Transport,
+    delta: &Delta,
+    ui: &Ui,
+    report: &mut PublishReport,
+) -> Result<DeltaOutcome> {
+    let name = delta.name();
+    let rel = delta_dir(delta.from, delta.to)?;
+    if transport.exists(&rel.join("superblock"))? {
+        return Ok(DeltaOutcome::Published);
+    }
+    if let Some(f) = delta.from
+        && ost::resolve(repo, f)?.is_none()
+    {
+        return Ok(DeltaOutcome::Skipped(format!("{f} is not in the local repo")));
+    }
+    // bsdiff pays off between commits; from nothing it only costs time.
+    let opt = if delta.from.is_some() {
+        ostree::StaticDeltaGenerateOpt::Major
+    } else {
+        ostree::StaticDeltaGenerateOpt::Lowlatency
+    };
+    repo.static_delta_generate(
+        opt,
+        delta.from,
+        delta.to,
+        None,
+        Some(&delta_params()),
+        gio::Cancellable::NONE,
+    )
+    .with_context(|| format!("generating static delta {name}"))?;
+    let local_dir = source.join(&rel);
+    let delta_bytes = crate::io::root::tree_size(&local_dir)?.0;
+    let object_bytes = objects_bytes(repo, source, delta.from, delta.to)?;
+    if delta_bytes >= object_bytes {
+        ui.note(format!(
+            "skipped delta {name}: {delta_bytes} bytes would not save over {object_bytes} bytes of objects"
+        ));
+        std::fs::remove_dir_all(&local_dir).ok();
+        return Ok(DeltaOutcome::Skipped(format!(
+            "{delta_bytes} bytes vs {object_bytes} bytes of objects"
+        )));
+    }
+    let mut files: Vec<PathBuf> = walkdir::WalkDir::new(&local_dir)
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_file())
+        .map(|e| {
+            e.path()
+                .strip_prefix(source)
+                .expect("inside the repo")
+                .to_path_buf()
+        })
+        .collect();
+    files.sort_by_key(|f| f.ends_with("superblock"));
+    for file in files {
+        transport.put_file(&file, &source.join(&file))?;
+        report.delta_files_copied += 1;
     }
     ui.note(format!(
-        "{} objects, {} bytes copied",
-        report.objects_copied, report.bytes_copied
+        "delta {name}: {delta_bytes} bytes (objects: {object_bytes} bytes)"
     ));
-    (options.after_phase)(Phase::Objects)?;
+    Ok(DeltaOutcome::Published)
+}
 
-    // 2. Static deltas: from each recently published commit, and from empty.
-    ui.step("publish", "static deltas");
-    let mut published = Vec::new();
-    for plan in &plans {
-        let mut entry = PublishedRef {
-            ref_name: plan.ref_name.clone(),
-            commit: plan.commit.clone(),
-            version: plan.version.clone(),
-            previous: plan.history.first().map(|(c, _)| c.clone()),
-            ..Default::default()
-        };
-        let mut sources: Vec<Option<String>> = plan
-            .history
-            .iter()
-            .filter(|(c, _)| *c != plan.commit)
-            .take(options.deltas)
-            .map(|(c, _)| Some(c.clone()))
-            .collect();
-        sources.push(None);
-        for from in sources {
-            let name = match &from {
-                Some(f) => format!("{}-{}", &f[..12], &plan.commit[..12]),
-                None => format!("empty-{}", &plan.commit[..12]),
-            };
-            let rel = delta_dir(from.as_deref(), &plan.commit)?;
-            if transport.exists(&rel.join("superblock"))? {
-                entry.deltas.push(name);
-                continue;
-            }
-            if let Some(f) = &from
-                && ost::resolve(&repo, f)?.is_none()
-            {
-                entry
-                    .skipped_deltas
-                    .push(format!("{name}: {f} is not in the local repo"));
-                continue;
-            }
-            // bsdiff pays off between commits; from nothing it only costs time.
-            let opt = if from.is_some() {
-                ostree::StaticDeltaGenerateOpt::Major
-            } else {
-                ostree::StaticDeltaGenerateOpt::Lowlatency
-            };
-            repo.static_delta_generate(
-                opt,
-                from.as_deref(),
-                &plan.commit,
-                None,
-                Some(&delta_params()),
-                gio::Cancellable::NONE,
-            )
-            .with_context(|| format!("generating static delta {name}"))?;
-            let local_dir = source.join(&rel);
-            let delta_bytes = crate::io::root::tree_size(&local_dir)?.0;
-            let object_bytes = objects_bytes(&repo, source, from.as_deref(), &plan.commit)?;
-            if delta_bytes >= object_bytes {
-                ui.note(format!("skipped delta {name}: {delta_bytes} bytes would not save over {object_bytes} bytes of objects"));
-                entry.skipped_deltas.push(format!(
-                    "{name}: {delta_bytes} bytes vs {object_bytes} bytes of objects"
-                ));
-                std::fs::remove_dir_all(&local_dir).ok();
-                continue;
-            }
-            // Parts first, the superblock (which makes the delta visible) last.
-            let mut files: Vec<PathBuf> = walkdir::WalkDir::new(&local_dir)
-                .into_iter()
-                .filter_map(Result::ok)
-                .filter(|e| e.file_type().is_file())
-                .map(|e| {
-                    e.path()
-                        .strip_prefix(source)
-                        .expect("inside the repo")
-                        .to_path_buf()
-                })
-                .collect();
-            files.sort_by_key(|f| f.ends_with("superblock"));
-            for file in files {
-                transport.put_file(&file, &source.join(&file))?;
-                report.delta_files_copied += 1;
-            }
-            ui.note(format!(
-                "delta {name}: {delta_bytes} bytes (objects: {object_bytes} bytes)"
-            ));
-            entry.deltas.push(name);
-        }
-        published.push(entry);
-    }
-    (options.after_phase)(Phase::Deltas)?;
-
-    // 3. Refs.
-    ui.step("publish", "refs");
-    for plan in &plans {
+/// Refs phase: each ref moves to its tip.
+fn move_refs(transport: &dyn Transport, plans: &[Plan], ui: &Ui) -> Result<()> {
+    for plan in plans {
         transport.put(
             &Path::new("refs/heads").join(&plan.ref_name),
             format!("{}\n", plan.commit).as_bytes(),
         )?;
         ui.note(format!("{} -> {} ({})", plan.ref_name, plan.commit, plan.version));
     }
-    (options.after_phase)(Phase::Refs)?;
+    Ok(())
+}
 
-    // 4. Summary, signed, last.
-    ui.step("publish", "summary");
-    transport.update_summary(options.gpg_key, options.gpg_homedir)?;
-    (options.after_phase)(Phase::Summary)?;
-    report.refs = published;
-    Ok(report)
+/// Summary phase: generates and signs the new summary before either served
+/// file changes, then replaces them in [`ost::summary_files_in_order`].
+/// Returns false when the served summary was already current.
+fn publish_summary(repo: &ostree::Repo, transport: &dyn Transport, options: &PublishOptions) -> Result<bool> {
+    let summary = transport.generate_summary()?;
+    let served = transport.read(Path::new("summary"))?;
+    let signed = transport.exists(Path::new("summary.sig"))?;
+    if served.is_some_and(|s| ost::same_summary(&s, &summary)) && signed == options.gpg_key.is_some() {
+        return Ok(false);
+    }
+    let signature = match options.gpg_key {
+        Some(key) => Some(ost::sign_summary(repo, &summary, key, options.gpg_homedir)?),
+        None => None,
+    };
+    for (name, data) in ost::summary_files_in_order(&summary, signature.as_deref()) {
+        match data {
+            Some(data) => transport.put(Path::new(name), data)?,
+            None => transport.remove(Path::new(name))?,
+        }
+    }
+    Ok(true)
 }
 
 /// Parameters for `static_delta_generate`: libostree 2022.7 looks keys up in
@@ -586,13 +919,54 @@ mod tests {
     use super::*;
     use std::cmp::Ordering;
 
+    fn cmp(a: &str, b: &str) -> Ordering {
+        version_cmp(a, b).unwrap()
+    }
+
     #[test]
-    fn versions() {
-        assert_eq!(version_cmp("2026.11.2", "2026.11.1"), Ordering::Greater);
-        assert_eq!(version_cmp("1.10", "1.9"), Ordering::Greater);
-        assert_eq!(version_cmp("1.0", "1.0"), Ordering::Equal);
-        assert_eq!(version_cmp("1.0", "1.0.1"), Ordering::Less);
-        assert_eq!(version_cmp("2026.11.1-rc1", "2026.11.1-rc2"), Ordering::Less);
+    fn versions_follow_debian_order() {
+        assert_eq!(cmp("2026.11.2", "2026.11.1"), Ordering::Greater);
+        assert_eq!(cmp("1.10", "1.9"), Ordering::Greater);
+        assert_eq!(cmp("1.0", "1.0"), Ordering::Equal);
+        assert_eq!(cmp("1.0", "1.0.1"), Ordering::Less);
+        assert_eq!(cmp("2026.11.1-rc1", "2026.11.1-rc2"), Ordering::Less);
+        // A release candidate sorts before its release with `~` ...
+        assert_eq!(cmp("2.1~rc1", "2.1"), Ordering::Less);
+        assert_eq!(cmp("2.1~rc1", "2.1~rc2"), Ordering::Less);
+        // ... while `-rc1` is a Debian revision, which sorts after the bare release.
+        assert_eq!(cmp("2.1-rc1", "2.1"), Ordering::Greater);
+        assert_eq!(cmp("2.1-rc1", "2.1.1"), Ordering::Less);
+        assert_eq!(cmp("10.0", "9"), Ordering::Greater);
+        assert_eq!(cmp("1:1.0", "9.0"), Ordering::Greater);
+        assert_eq!(cmp("1.0+b1", "1.0"), Ordering::Greater);
+    }
+
+    #[test]
+    fn versions_that_are_not_debian_are_refused() {
+        for bad in [
+            "", "v9", "release", "-1", "1.0 beta", "1_0", "a:1.0", "1.0:x", "2.1/rc1", "1.0-",
+        ] {
+            let err = parse_version(bad).expect_err(bad);
+            assert_eq!(err.version, bad);
+            assert!(err.to_string().contains("not a valid Debian version"), "{err}");
+        }
+        assert!(
+            parse_version("v9")
+                .unwrap_err()
+                .reason
+                .contains("start with a digit")
+        );
+        assert!(version_cmp("10.0", "v9").is_err());
+        for good in [
+            "1",
+            "2026.11.1",
+            "2.1~rc1",
+            "2.1-rc1",
+            "1:2.0-3+b1",
+            "0.1+git20260101",
+        ] {
+            parse_version(good).expect(good);
+        }
     }
 
     #[test]
@@ -604,8 +978,9 @@ mod tests {
         );
         // base64 of 0x2c26b4... with `/` as `_` and no padding: 43 characters.
         let b64 = checksum_b64(c).unwrap();
-        assert_eq!(b64.len(), 43);
         assert_eq!(b64, "LCa0a2j_xo_5m0U8HTBBNBNCLXBkg7+g+YpeiGJm564");
+        assert!(checksum_b64("2c26").is_err());
+        assert!(checksum_b64(&"zz".repeat(32)).is_err());
         assert_eq!(
             delta_dir(None, c).unwrap(),
             PathBuf::from(format!("deltas/LC/{}", &b64[2..]))
@@ -621,5 +996,67 @@ mod tests {
             LocalDir::parse("file:///srv/repo").unwrap().root,
             PathBuf::from("/srv/repo")
         );
+    }
+
+    #[test]
+    fn delta_sources_cover_history_remote_and_empty_once() {
+        let c = |n: u8| format!("{n:02x}").repeat(32);
+        let plan = Plan {
+            ref_name: "r".into(),
+            commit: c(9),
+            version: "2".into(),
+            parents: vec![c(8), c(7)],
+            remote: vec![(c(8), None), (c(5), None), (c(4), None)],
+        };
+        assert_eq!(
+            delta_sources(&plan, 2),
+            vec![Some(c(8)), Some(c(7)), Some(c(5)), None]
+        );
+        assert_eq!(
+            plan.commits().cloned().collect::<Vec<_>>(),
+            vec![c(7), c(8), c(9)]
+        );
+    }
+
+    #[test]
+    fn stale_temps_are_removed_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let remote = LocalDir {
+            root: dir.path().to_path_buf(),
+        };
+        remote.ensure_repo().unwrap();
+        let objects = dir.path().join("objects/ab");
+        std::fs::create_dir_all(&objects).unwrap();
+        std::fs::write(objects.join(".publish-x1y2"), b"half").unwrap();
+        std::fs::write(objects.join("cdef.filez"), b"object").unwrap();
+        std::fs::create_dir_all(dir.path().join(".publish-scratch/objects")).unwrap();
+        std::fs::write(dir.path().join(".publish-9"), b"summary").unwrap();
+        let _lock = remote.lock().unwrap();
+        assert_eq!(remote.remove_stale_temps().unwrap(), 3);
+        assert!(objects.join("cdef.filez").is_file());
+        assert!(dir.path().join("config").is_file());
+        assert!(dir.path().join(LOCK_FILE).is_file());
+        assert_eq!(remote.remove_stale_temps().unwrap(), 0);
+    }
+
+    #[test]
+    fn a_second_publish_waits_for_the_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let remote = LocalDir {
+            root: dir.path().to_path_buf(),
+        };
+        let held = remote.lock().unwrap();
+        let file = std::fs::File::open(dir.path().join(LOCK_FILE)).unwrap();
+        assert!(matches!(file.try_lock(), Err(std::fs::TryLockError::WouldBlock)));
+        drop(held);
+        file.try_lock().unwrap();
+    }
+
+    #[test]
+    fn summary_signature_goes_in_before_the_summary() {
+        let order = ost::summary_files_in_order(b"s", Some(b"sig"));
+        assert_eq!(order.map(|(name, _)| name), ["summary.sig", "summary"]);
+        // Unsigned: the old signature goes before the new summary appears.
+        assert_eq!(ost::summary_files_in_order(b"s", None)[0], ("summary.sig", None));
     }
 }
