@@ -297,7 +297,8 @@ pub fn place_dir(temp: tempfile::TempDir, dest: &Path, is_good: impl Fn(&Path) -
             Err(e) => e,
         };
         if fs::symlink_metadata(dest).is_err() {
-            return Err(error).with_context(|| format!("moving {} to {}", temp.path().display(), dest.display()));
+            return Err(error)
+                .with_context(|| format!("moving {} to {}", temp.path().display(), dest.display()));
         }
         if is_good(dest) {
             return Ok(Placed::Theirs);
@@ -415,7 +416,12 @@ mod tests {
     fn truncated_blob_is_removed() {
         let (_dir, cache) = cache();
         let (sha, path) = store(&cache, &[7u8; 4096]);
-        File::options().write(true).open(&path).unwrap().set_len(1024).unwrap();
+        File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(1024)
+            .unwrap();
         let BlobLookup::Removed(why) = cache.lookup_blob(&sha).unwrap() else {
             panic!("a truncated blob was used");
         };
@@ -494,13 +500,22 @@ mod tests {
         let (_dir, cache) = cache();
         let dest = cache.area("things").unwrap().join("key");
         let good = |d: &Path| fs::read_to_string(d.join("data")).is_ok_and(|t| t == "good");
-        assert_eq!(place_dir(temp_with(&cache, "good"), &dest, good).unwrap(), Placed::Ours);
-        assert_eq!(place_dir(temp_with(&cache, "good"), &dest, good).unwrap(), Placed::Theirs);
+        assert_eq!(
+            place_dir(temp_with(&cache, "good"), &dest, good).unwrap(),
+            Placed::Ours
+        );
+        assert_eq!(
+            place_dir(temp_with(&cache, "good"), &dest, good).unwrap(),
+            Placed::Theirs
+        );
         assert_eq!(fs::read_dir(cache.root().join("tmp")).unwrap().count(), 0);
 
         // A winner that fails its check is replaced.
         fs::write(dest.join("data"), "bad").unwrap();
-        assert_eq!(place_dir(temp_with(&cache, "good"), &dest, good).unwrap(), Placed::Ours);
+        assert_eq!(
+            place_dir(temp_with(&cache, "good"), &dest, good).unwrap(),
+            Placed::Ours
+        );
         assert_eq!(fs::read_to_string(dest.join("data")).unwrap(), "good");
         assert_eq!(fs::read_dir(cache.root().join("tmp")).unwrap().count(), 0);
         let names: Vec<_> = fs::read_dir(dest.parent().unwrap()).unwrap().collect();

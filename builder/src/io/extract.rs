@@ -372,8 +372,12 @@ fn apply_dir_attrs(directories: Vec<DirAttrs>, options: ExtractOptions) -> Resul
     use std::os::unix::fs::PermissionsExt;
     for dir in directories.into_iter().rev() {
         if options.preserve_owners {
-            std::os::unix::fs::chown(&dir.path, u32::try_from(dir.uid).ok(), u32::try_from(dir.gid).ok())
-                .with_context(|| format!("setting the owner of {}", dir.path.display()))?;
+            std::os::unix::fs::chown(
+                &dir.path,
+                u32::try_from(dir.uid).ok(),
+                u32::try_from(dir.gid).ok(),
+            )
+            .with_context(|| format!("setting the owner of {}", dir.path.display()))?;
         }
         std::fs::set_permissions(&dir.path, std::fs::Permissions::from_mode(dir.mode & 0o7777))
             .with_context(|| format!("setting the mode of {}", dir.path.display()))?;
