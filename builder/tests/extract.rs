@@ -279,6 +279,16 @@ fn tar_cut_at_a_block_boundary_is_refused_in_every_compression() {
 }
 
 #[test]
+fn lone_zero_block_followed_by_data_is_refused() {
+    let tar = source_tar();
+    let mut odd = tar[..tar.len() - 2 * 512].to_vec();
+    odd.extend_from_slice(&[0u8; 512]);
+    odd.extend_from_slice(&[1u8; 512]);
+    let err = extract_fails(&odd, "lone zero block");
+    assert!(format!("{err:#}").contains("lone zero block"), "{err:#}");
+}
+
+#[test]
 fn tar_cut_in_the_middle_of_an_entry_is_refused_in_every_compression() {
     let tar = source_tar();
     let cut = tar.len() - 2 * 512 - 1000;
