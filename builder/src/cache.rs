@@ -4,21 +4,61 @@
 //! - `blobs/sha256/<hex>`: downloaded or imported files, named by their content;
 //! - `sources/<hex>/`: pristine extracted source trees, by tarball hash;
 //! - `<area>/<key>/`: stage artifacts by cache key (kernels, rootfs, ...);
-//! - `index/`: small JSON memos (hash of a local file by path + size + mtime);
+//! - `index/`: small JSON memos (hash of a local file by path + size + mtime,
+//!   size of a blob when it was stored);
 //! - `tmp/`: temp files; everything is written here and renamed into place.
+//!
+//! Entries are never trusted blindly: a blob's size is checked against the
+//! size recorded when it was stored before every use, and its hash when that
+//! is cheap or when the file changed since it was last hashed. Inserts are
+//! race-safe: the loser of a rename race checks the winner's entry and uses it.
 
-use std::fs;
+use std::fs::{self, File};
+use std::io::{Read, Seek, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::io::hashing::sha256_hex;
+use crate::io::hashing::{sha256_file, sha256_hex};
+
+/// Blobs up to this size are re-hashed before every use; larger ones when
+/// their stat memo no longer matches.
+pub const REHASH_BLOBS_UP_TO: u64 = 64 << 20;
 
 #[derive(Clone, Debug)]
 pub struct Cache {
     root: PathBuf,
+    rehash_up_to: u64,
+}
+
+/// What [`Cache::lookup_blob`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BlobLookup {
+    /// A present entry that passed its checks.
+    Hit(PathBuf),
+    Missing,
+    /// The entry was damaged and has been removed; says how it was damaged.
+    Removed(String),
+}
+
+/// How hard [`Cache::lookup_blob_with`] checks an entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlobCheck {
+    /// The size always; the hash for small blobs and changed files.
+    WhenCheap,
+    /// The size and the hash.
+    Always,
+}
+
+/// What the cache remembers about a stored blob.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct BlobMemo {
+    /// The size that was hashed when the blob was stored.
+    size: u64,
+    /// The file as it was when its hash last matched.
+    stamp: FileStamp,
 }
 
 impl Cache {
@@ -43,7 +83,16 @@ impl Cache {
         let root = root
             .canonicalize()
             .with_context(|| format!("resolving cache directory {}", root.display()))?;
-        Ok(Cache { root })
+        Ok(Cache {
+            root,
+            rehash_up_to: REHASH_BLOBS_UP_TO,
+        })
+    }
+
+    /// Sets the size up to which blobs are re-hashed before every use.
+    pub fn with_rehash_limit(mut self, bytes: u64) -> Cache {
+        self.rehash_up_to = bytes;
+        self
     }
 
     pub fn root(&self) -> &Path {
@@ -54,9 +103,68 @@ impl Cache {
         self.root.join("blobs/sha256").join(sha256)
     }
 
-    pub fn lookup_blob(&self, sha256: &str) -> Option<PathBuf> {
+    /// The blob named `sha256`, checked [`BlobCheck::WhenCheap`].
+    pub fn lookup_blob(&self, sha256: &str) -> Result<BlobLookup> {
+        self.lookup_blob_with(sha256, BlobCheck::WhenCheap)
+    }
+
+    /// The blob named `sha256` if it passes `check`; a damaged one is removed.
+    pub fn lookup_blob_with(&self, sha256: &str, check: BlobCheck) -> Result<BlobLookup> {
         let path = self.blob_path(sha256);
-        path.is_file().then_some(path)
+        match fs::symlink_metadata(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BlobLookup::Missing),
+            Err(e) => return Err(e).with_context(|| format!("reading metadata of {}", path.display())),
+            Ok(_) => {}
+        }
+        match self.blob_damage(sha256, &path, check)? {
+            None => Ok(BlobLookup::Hit(path)),
+            Some(damage) => {
+                self.remove_blob(sha256)?;
+                Ok(BlobLookup::Removed(damage))
+            }
+        }
+    }
+
+    /// How the blob at `path` fails its checks, if it does.
+    fn blob_damage(&self, sha256: &str, path: &Path, check: BlobCheck) -> Result<Option<String>> {
+        if !fs::symlink_metadata(path)?.is_file() {
+            return Ok(Some("it is not a regular file".into()));
+        }
+        let stamp = FileStamp::of(path)?;
+        let memo = self.read_index::<BlobMemo>("blob", sha256);
+        if let Some(memo) = &memo
+            && memo.size != stamp.size
+        {
+            return Ok(Some(format!(
+                "it has {} bytes, {} when it was stored",
+                stamp.size, memo.size
+            )));
+        }
+        let unchanged = memo.as_ref().is_some_and(|m| m.stamp == stamp);
+        if unchanged && check == BlobCheck::WhenCheap && stamp.size > self.rehash_up_to {
+            return Ok(None);
+        }
+        let actual = sha256_file(path, None)?;
+        if actual != sha256 {
+            return Ok(Some(format!("its content hashes to {actual}")));
+        }
+        if !unchanged {
+            let size = memo.map_or(stamp.size, |m| m.size);
+            self.write_index("blob", sha256, &BlobMemo { size, stamp })?;
+        }
+        Ok(None)
+    }
+
+    fn remove_blob(&self, sha256: &str) -> Result<()> {
+        let path = self.blob_path(sha256);
+        match fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(e).with_context(|| format!("removing the damaged {}", path.display()));
+            }
+            _ => {}
+        }
+        let _ = fs::remove_file(self.index_path("blob", sha256));
+        Ok(())
     }
 
     /// A temp file in the cache filesystem, so it can be renamed into place.
@@ -75,12 +183,17 @@ impl Cache {
             .context("creating a temp dir in the cache")
     }
 
-    /// Moves a fully written and verified temp file to `blobs/sha256/<sha256>`.
+    /// Moves a fully written and verified temp file to `blobs/sha256/<sha256>`
+    /// and records its size. A concurrent store of the same blob is harmless:
+    /// both have the same verified content, and a rename replaces atomically.
     pub fn store_blob(&self, temp: tempfile::NamedTempFile, sha256: &str) -> Result<PathBuf> {
         temp.as_file().sync_all().context("syncing the downloaded file")?;
+        let size = temp.as_file().metadata()?.len();
         let dest = self.blob_path(sha256);
         temp.persist(&dest)
             .with_context(|| format!("moving into the cache as {}", dest.display()))?;
+        let stamp = FileStamp::of(&dest)?;
+        self.write_index("blob", sha256, &BlobMemo { size, stamp })?;
         Ok(dest)
     }
 
@@ -137,7 +250,6 @@ impl FileStamp {
 /// Writes `data` to `path` through a temp file in `tmp_dir` and a rename, so
 /// readers see the old content or the new, never half of it.
 pub fn write_atomic(path: &Path, data: &[u8], tmp_dir: &Path) -> Result<()> {
-    use std::io::Write;
     let mut temp = tempfile::Builder::new()
         .prefix(".tmp-")
         .tempfile_in(tmp_dir)
@@ -159,23 +271,277 @@ pub fn write_file_atomic(path: &Path, data: &[u8]) -> Result<()> {
     write_atomic(path, data, dir)
 }
 
+/// Whose entry [`place_dir`] left at the destination.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placed {
+    /// Our temp dir was renamed into place.
+    Ours,
+    /// Another run inserted a good entry first; ours was removed.
+    Theirs,
+}
+
+/// Renames a complete temp dir to `dest`: the commit point of an insert into
+/// a cache that other runs share. When `dest` already exists (another run
+/// won the race), `is_good(dest)` decides: a good entry is used and our copy
+/// removed; a bad one is replaced by ours. The temp dir never outlives this
+/// call, whatever happens.
+pub fn place_dir(temp: tempfile::TempDir, dest: &Path, is_good: impl Fn(&Path) -> bool) -> Result<Placed> {
+    const TRIES: usize = 3;
+    for _ in 0..TRIES {
+        let error = match fs::rename(temp.path(), dest) {
+            Ok(()) => {
+                // The path is gone; nothing is left to clean up.
+                let _ = temp.keep();
+                return Ok(Placed::Ours);
+            }
+            Err(e) => e,
+        };
+        if fs::symlink_metadata(dest).is_err() {
+            return Err(error)
+                .with_context(|| format!("moving {} to {}", temp.path().display(), dest.display()));
+        }
+        if is_good(dest) {
+            return Ok(Placed::Theirs);
+        }
+        discard(dest)?;
+    }
+    anyhow::bail!(
+        "{} keeps being replaced by another run with a bad entry; gave up after {TRIES} tries",
+        dest.display()
+    )
+}
+
+/// Removes `path` (a bad cache entry) by first moving it aside, so no reader
+/// ever sees it half removed.
+fn discard(path: &Path) -> Result<()> {
+    let parent = path.parent().unwrap_or(Path::new("."));
+    let trash = tempfile::Builder::new()
+        .prefix(".discard-")
+        .tempdir_in(parent)
+        .with_context(|| format!("creating a temp dir in {}", parent.display()))?;
+    match fs::rename(path, trash.path().join("entry")) {
+        // Another run moved it away first.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("moving the bad entry {} aside", path.display())),
+        // Dropping `trash` removes the entry.
+        Ok(()) => Ok(()),
+    }
+}
+
+/// The work dir is in use by another run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the work dir {} is in use by another imgbuild run{}; wait for it to finish or pass another --work-dir",
+    dir.display(),
+    holder.map(|pid| format!(" (pid {pid})")).unwrap_or_default()
+)]
+pub struct WorkDirBusy {
+    pub dir: PathBuf,
+    /// The pid the holder wrote into the lock file, when readable.
+    pub holder: Option<u32>,
+}
+
+/// An exclusive lock on a work dir (`<work>/.lock`), released when dropped
+/// or when the process ends, however it ends.
+#[derive(Debug)]
+pub struct WorkDirLock {
+    _file: File,
+}
+
+/// Takes the work dir's lock, failing at once with [`WorkDirBusy`] when
+/// another run holds it.
+pub fn lock_work_dir(dir: &Path) -> Result<WorkDirLock> {
+    let path = dir.join(".lock");
+    let mut file = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .with_context(|| format!("opening the lock file {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(fs::TryLockError::WouldBlock) => {
+            let mut text = String::new();
+            let _ = file.read_to_string(&mut text);
+            return Err(WorkDirBusy {
+                dir: dir.to_path_buf(),
+                holder: text.trim().parse().ok(),
+            }
+            .into());
+        }
+        Err(fs::TryLockError::Error(e)) => {
+            return Err(e).with_context(|| format!("locking {}", path.display()));
+        }
+    }
+    // For the message another run prints; the lock itself is what counts.
+    file.set_len(0)?;
+    file.rewind()?;
+    write!(file, "{}", std::process::id())?;
+    Ok(WorkDirLock { _file: file })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn layout_and_index() {
+    fn cache() -> (tempfile::TempDir, Cache) {
         let dir = tempfile::tempdir().unwrap();
         let cache = Cache::open(&dir.path().join("c")).unwrap();
-        assert!(cache.root().join("blobs/sha256").is_dir());
-        assert!(cache.lookup_blob("00").is_none());
+        (dir, cache)
+    }
+
+    fn store(cache: &Cache, data: &[u8]) -> (String, PathBuf) {
         let mut temp = cache.temp_file().unwrap();
-        std::io::Write::write_all(&mut temp, b"x").unwrap();
-        let stored = cache.store_blob(temp, &sha256_hex("x")).unwrap();
-        assert_eq!(cache.lookup_blob(&sha256_hex("x")), Some(stored));
+        temp.write_all(data).unwrap();
+        let sha = sha256_hex(data);
+        let path = cache.store_blob(temp, &sha).unwrap();
+        (sha, path)
+    }
+
+    #[test]
+    fn layout_and_index() {
+        let (_dir, cache) = cache();
+        assert!(cache.root().join("blobs/sha256").is_dir());
+        assert_eq!(cache.lookup_blob("00").unwrap(), BlobLookup::Missing);
+        let (sha, stored) = store(&cache, b"x");
+        assert_eq!(cache.lookup_blob(&sha).unwrap(), BlobLookup::Hit(stored));
         cache.write_index("k", "key", &vec![1, 2]).unwrap();
         assert_eq!(cache.read_index::<Vec<i32>>("k", "key"), Some(vec![1, 2]));
         assert_eq!(cache.read_index::<Vec<i32>>("k", "other"), None);
         assert_eq!(fs::read_dir(cache.root().join("tmp")).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn truncated_blob_is_removed() {
+        let (_dir, cache) = cache();
+        let (sha, path) = store(&cache, &[7u8; 4096]);
+        File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(1024)
+            .unwrap();
+        let BlobLookup::Removed(why) = cache.lookup_blob(&sha).unwrap() else {
+            panic!("a truncated blob was used");
+        };
+        assert!(why.contains("1024 bytes, 4096 when it was stored"), "{why}");
+        assert!(!path.exists());
+        assert_eq!(cache.lookup_blob(&sha).unwrap(), BlobLookup::Missing);
+    }
+
+    /// A large blob whose size and stat are unchanged is not re-hashed on a
+    /// cheap lookup, but is on a full one; a changed stat forces a re-hash.
+    #[test]
+    fn large_blobs_are_rehashed_when_their_stat_changes() {
+        let (_dir, cache) = cache();
+        let cache = cache.with_rehash_limit(1024);
+        let big = vec![1u8; 1025];
+        let (sha, path) = store(&cache, &big);
+        // Same size, different content, and the old mtime put back.
+        let stamp = FileStamp::of(&path).unwrap();
+        let mut file = File::options().write(true).open(&path).unwrap();
+        file.write_all(b"X").unwrap();
+        let mtime = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(stamp.mtime_ns as u64);
+        file.set_modified(mtime).unwrap();
+        drop(file);
+        assert_eq!(FileStamp::of(&path).unwrap(), stamp);
+        assert_eq!(cache.lookup_blob(&sha).unwrap(), BlobLookup::Hit(path.clone()));
+        assert!(matches!(
+            cache.lookup_blob_with(&sha, BlobCheck::Always).unwrap(),
+            BlobLookup::Removed(_)
+        ));
+
+        // A touched file (stat changed, content intact) is re-hashed and kept.
+        let (sha, path) = store(&cache, &big);
+        File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(std::time::UNIX_EPOCH)
+            .unwrap();
+        assert_eq!(cache.lookup_blob(&sha).unwrap(), BlobLookup::Hit(path.clone()));
+        let memo: BlobMemo = cache.read_index("blob", &sha).unwrap();
+        assert_eq!(memo.stamp, FileStamp::of(&path).unwrap());
+    }
+
+    #[test]
+    fn small_blob_with_flipped_byte_is_removed() {
+        let (_dir, cache) = cache();
+        let (sha, path) = store(&cache, b"hello world");
+        fs::write(&path, b"hello World").unwrap();
+        let BlobLookup::Removed(why) = cache.lookup_blob(&sha).unwrap() else {
+            panic!("a damaged blob was used");
+        };
+        assert!(why.contains("hashes to"), "{why}");
+    }
+
+    #[test]
+    fn blob_without_memo_is_hashed_then_remembered() {
+        let (_dir, cache) = cache();
+        let sha = sha256_hex(b"abc");
+        fs::write(cache.blob_path(&sha), b"abc").unwrap();
+        assert!(matches!(cache.lookup_blob(&sha).unwrap(), BlobLookup::Hit(_)));
+        let memo: BlobMemo = cache.read_index("blob", &sha).unwrap();
+        assert_eq!(memo.size, 3);
+        let bad = sha256_hex(b"abd");
+        fs::write(cache.blob_path(&bad), b"abc").unwrap();
+        assert!(matches!(cache.lookup_blob(&bad).unwrap(), BlobLookup::Removed(_)));
+    }
+
+    fn temp_with(cache: &Cache, content: &str) -> tempfile::TempDir {
+        let temp = cache.temp_dir("entry-").unwrap();
+        fs::write(temp.path().join("data"), content).unwrap();
+        temp
+    }
+
+    #[test]
+    fn place_dir_loser_uses_a_good_winner_and_replaces_a_bad_one() {
+        let (_dir, cache) = cache();
+        let dest = cache.area("things").unwrap().join("key");
+        let good = |d: &Path| fs::read_to_string(d.join("data")).is_ok_and(|t| t == "good");
+        assert_eq!(
+            place_dir(temp_with(&cache, "good"), &dest, good).unwrap(),
+            Placed::Ours
+        );
+        assert_eq!(
+            place_dir(temp_with(&cache, "good"), &dest, good).unwrap(),
+            Placed::Theirs
+        );
+        assert_eq!(fs::read_dir(cache.root().join("tmp")).unwrap().count(), 0);
+
+        // A winner that fails its check is replaced.
+        fs::write(dest.join("data"), "bad").unwrap();
+        assert_eq!(
+            place_dir(temp_with(&cache, "good"), &dest, good).unwrap(),
+            Placed::Ours
+        );
+        assert_eq!(fs::read_to_string(dest.join("data")).unwrap(), "good");
+        assert_eq!(fs::read_dir(cache.root().join("tmp")).unwrap().count(), 0);
+        let names: Vec<_> = fs::read_dir(dest.parent().unwrap()).unwrap().collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+    }
+
+    #[test]
+    fn place_dir_cleans_up_on_error() {
+        let (_dir, cache) = cache();
+        let dest = cache.root().join("no/such/parent/key");
+        assert!(place_dir(temp_with(&cache, "x"), &dest, |_| true).is_err());
+        assert_eq!(fs::read_dir(cache.root().join("tmp")).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn work_dir_lock_is_exclusive_and_names_the_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = lock_work_dir(dir.path()).unwrap();
+        let err = lock_work_dir(dir.path()).unwrap_err();
+        let busy = err.downcast_ref::<WorkDirBusy>().expect("WorkDirBusy");
+        assert_eq!(busy.dir, dir.path());
+        assert_eq!(busy.holder, Some(std::process::id()));
+        let text = err.to_string();
+        assert!(text.contains(&dir.path().display().to_string()), "{text}");
+        assert!(text.contains("in use by another imgbuild run"), "{text}");
+        drop(held);
+        lock_work_dir(dir.path()).unwrap();
     }
 }

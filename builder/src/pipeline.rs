@@ -93,6 +93,8 @@ pub struct VerifyOutput {
 
 /// Runs the pipeline up to and including `until`.
 pub fn run(ctx: &Context, until: Stage, report: &mut PipelineReport) -> Result<()> {
+    // Held until the run ends: a second run on this work dir fails at once.
+    let _work_dir_lock = crate::cache::lock_work_dir(&ctx.work_dir)?;
     report.recipe = ctx.recipe.file.display().to_string();
     report.name = ctx.recipe.name.clone();
     report.version = ctx.recipe.version.clone();

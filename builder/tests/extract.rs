@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::Path;
 
 use common::files_under;
-use imgbuild::io::extract::{ExtractOptions, UnsafeEntry, extract_reader, extract_tarball};
+use imgbuild::io::extract::{ExtractOptions, Truncated, UnsafeEntry, extract_reader, extract_tarball};
 use imgbuild::ui::Ui;
 
 /// Appends an entry with a raw name, bypassing the tar crate's own path checks.
@@ -174,4 +174,142 @@ fn truncated_archive_leaves_nothing() {
     assert!(extract_reader(cut, &dest, ExtractOptions::default()).is_err());
     assert!(!dest.exists());
     assert!(files_under(dir.path()).is_empty());
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Compression {
+    Plain,
+    Gz,
+    Xz,
+    Zst,
+}
+
+const ALL_COMPRESSIONS: [Compression; 4] = [
+    Compression::Plain,
+    Compression::Gz,
+    Compression::Xz,
+    Compression::Zst,
+];
+
+fn compress(kind: Compression, data: &[u8]) -> Vec<u8> {
+    match kind {
+        Compression::Plain => data.to_vec(),
+        Compression::Gz => {
+            let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            enc.write_all(data).unwrap();
+            enc.finish().unwrap()
+        }
+        Compression::Xz => {
+            let mut enc = liblzma::write::XzEncoder::new(Vec::new(), 1);
+            enc.write_all(data).unwrap();
+            enc.finish().unwrap()
+        }
+        Compression::Zst => zstd::encode_all(data, 3).unwrap(),
+    }
+}
+
+/// A small source tree; its last entry is three blocks of data.
+fn source_tar() -> Vec<u8> {
+    archive(&[
+        ("src/", Directory, None, b""),
+        ("src/Makefile", Regular, None, b"VERSION = 6\n"),
+        ("src/big", Regular, None, &[7u8; 3 * 512]),
+    ])
+}
+
+/// Extracts `bytes` (an archive file's content) and returns the error; checks
+/// that nothing was left at the destination or beside it.
+fn extract_fails(bytes: &[u8], what: &str) -> anyhow::Error {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("in").join("src.tar");
+    std::fs::create_dir(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, bytes).unwrap();
+    let dest = dir.path().join("out").join("tree");
+    let err = extract_tarball(&file, &dest, ExtractOptions::default(), &Ui::plain())
+        .map(|stats| panic!("{what}: a truncated archive was accepted: {stats:?}"))
+        .unwrap_err();
+    assert!(!dest.exists(), "{what}");
+    assert!(
+        files_under(&dir.path().join("out")).is_empty(),
+        "{what}: {:?}",
+        files_under(&dir.path().join("out"))
+    );
+    err
+}
+
+fn assert_truncated(err: &anyhow::Error, what: &str) {
+    assert!(err.downcast_ref::<Truncated>().is_some(), "{what}: {err:#}");
+    assert!(format!("{err:#}").contains("truncated"), "{what}: {err:#}");
+}
+
+#[test]
+fn every_compression_of_a_whole_archive_extracts() {
+    for kind in ALL_COMPRESSIONS {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("src.tar");
+        std::fs::write(&file, compress(kind, &source_tar())).unwrap();
+        let dest = dir.path().join("tree");
+        let stats = extract_tarball(&file, &dest, ExtractOptions::default(), &Ui::plain())
+            .unwrap_or_else(|e| panic!("{kind:?}: {e:#}"));
+        assert_eq!(stats.entries, 3, "{kind:?}");
+        assert_eq!(std::fs::read(dest.join("src/big")).unwrap(), vec![7u8; 3 * 512]);
+    }
+}
+
+/// Cut at block boundaries the tar reader alone cannot tell from an end:
+/// no end-of-archive marker at all, half of it, and inside an entry's data.
+#[test]
+fn tar_cut_at_a_block_boundary_is_refused_in_every_compression() {
+    let tar = source_tar();
+    // The builder ends the stream with the two zero blocks.
+    let end_of_entries = tar.len() - 2 * 512;
+    let cuts = [
+        ("no end marker", end_of_entries),
+        ("one zero block", end_of_entries + 512),
+        ("inside the last entry", end_of_entries - 2 * 512),
+        ("after the last header", end_of_entries - 3 * 512),
+    ];
+    for kind in ALL_COMPRESSIONS {
+        for (name, cut) in cuts {
+            let what = format!("{kind:?}, {name}");
+            let err = extract_fails(&compress(kind, &tar[..cut]), &what);
+            assert_truncated(&err, &what);
+        }
+    }
+}
+
+#[test]
+fn lone_zero_block_followed_by_data_is_refused() {
+    let tar = source_tar();
+    let mut odd = tar[..tar.len() - 2 * 512].to_vec();
+    odd.extend_from_slice(&[0u8; 512]);
+    odd.extend_from_slice(&[1u8; 512]);
+    let err = extract_fails(&odd, "lone zero block");
+    assert!(format!("{err:#}").contains("lone zero block"), "{err:#}");
+}
+
+#[test]
+fn tar_cut_in_the_middle_of_an_entry_is_refused_in_every_compression() {
+    let tar = source_tar();
+    let cut = tar.len() - 2 * 512 - 1000;
+    for kind in ALL_COMPRESSIONS {
+        let what = format!("{kind:?}, mid-entry");
+        let err = extract_fails(&compress(kind, &tar[..cut]), &what);
+        assert_truncated(&err, &what);
+    }
+}
+
+/// The tar stream is whole but the compressed file is cut: in its middle,
+/// and in its trailer (after every tar byte was already decompressed).
+#[test]
+fn compressed_stream_cut_short_is_refused() {
+    let tar = source_tar();
+    for kind in [Compression::Gz, Compression::Xz, Compression::Zst] {
+        let packed = compress(kind, &tar);
+        for (name, cut) in [("middle", packed.len() / 2), ("trailer", packed.len() - 4)] {
+            let what = format!("{kind:?}, cut in the {name}");
+            let err = extract_fails(&packed[..cut], &what);
+            assert_truncated(&err, &what);
+        }
+    }
 }

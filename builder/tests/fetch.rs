@@ -59,6 +59,36 @@ fn good_download_lands_in_the_cache_by_content() {
 }
 
 #[test]
+fn truncated_cached_blob_is_detected_and_fetched_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = Cache::open(dir.path()).unwrap();
+    let body = body();
+    let sha = sha256_hex(&body);
+    let server = HttpServer::start("linux.tar.xz", body.clone(), vec![]);
+    let first = fetch_from(&server, &sha, &cache, 1).unwrap();
+    // Damage the cached copy: it keeps its name, but lost its tail.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&first.path)
+        .unwrap()
+        .set_len(body.len() as u64 / 2)
+        .unwrap();
+    let again = fetch_from(&server, &sha, &cache, 1).unwrap();
+    assert!(!again.cached, "the truncated blob was used");
+    assert_eq!(server.requests(), 2);
+    assert_eq!(std::fs::read(&again.path).unwrap(), body);
+    assert_eq!(again.size, body.len() as u64);
+    // Same size, one byte changed: the hash catches it (the blob is small).
+    let mut damaged = body.clone();
+    damaged[10] ^= 1;
+    std::fs::write(&again.path, &damaged).unwrap();
+    let third = fetch_from(&server, &sha, &cache, 1).unwrap();
+    assert!(!third.cached, "the damaged blob was used");
+    assert_eq!(std::fs::read(&third.path).unwrap(), body);
+    assert!(files_under(&cache.root().join("tmp")).is_empty());
+}
+
+#[test]
 fn wrong_sha256_caches_nothing_and_names_both_hashes() {
     let dir = tempfile::tempdir().unwrap();
     let cache = Cache::open(dir.path()).unwrap();

@@ -1,18 +1,25 @@
-//! Safe tarball extraction (`.tar`, `.tar.gz`, `.tar.xz`).
+//! Safe tarball extraction (`.tar`, `.tar.gz`, `.tar.xz`, `.tar.zst`).
 //!
 //! Every entry is checked before anything is written: absolute paths, `..`
 //! components, links whose target leaves the tree, and entries that would be
 //! written through a symlink are refused with an error naming the entry. The
 //! archive is unpacked into a temp dir beside the destination and renamed
 //! into place only when complete, so a partial tree never looks finished.
+//!
+//! A truncated archive is refused: the tar stream must end with its
+//! end-of-archive marker (two zero blocks), and a compressed stream must end
+//! as its format says (the decompressor reads and checks its trailer).
 
+use std::cell::Cell;
 use std::collections::HashSet;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Component, Path, PathBuf};
+use std::rc::Rc;
 
 use anyhow::{Context, Result, bail};
 
+use crate::cache::place_dir;
 use crate::ui::Ui;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -28,6 +35,12 @@ pub enum UnsafeEntry {
     #[error("archive entry {entry:?} is a {kind}, which is not allowed here")]
     UnsupportedType { entry: String, kind: String },
 }
+
+/// The archive ends before its end-of-archive marker, or its compressed
+/// stream ends before its trailer: it was cut short.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the archive is truncated: {0}")]
+pub struct Truncated(pub String);
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ExtractOptions {
@@ -56,6 +69,7 @@ fn decompress(mut reader: impl BufRead + 'static) -> std::io::Result<Box<dyn Rea
     Ok(match magic {
         [0x1f, 0x8b, ..] => Box::new(flate2::read::GzDecoder::new(reader)),
         [0xfd, b'7', b'z', b'X', b'Z', 0, ..] => Box::new(liblzma::read::XzDecoder::new(reader)),
+        [0x28, 0xb5, 0x2f, 0xfd, ..] => Box::new(zstd::stream::read::Decoder::with_buffer(reader)?),
         _ => Box::new(reader),
     })
 }
@@ -89,7 +103,9 @@ pub fn extract_tarball(
     result
 }
 
-/// Extracts a tar stream into `dest` (which must not exist) atomically.
+/// Extracts a tar stream into `dest` (which must not exist) atomically. If a
+/// concurrent extraction renamed its tree to `dest` first, that tree is kept
+/// and ours removed; the caller checks what it holds.
 pub fn extract_reader(reader: impl Read, dest: &Path, options: ExtractOptions) -> Result<ExtractStats> {
     if dest.exists() {
         bail!("{} already exists", dest.display());
@@ -104,14 +120,8 @@ pub fn extract_reader(reader: impl Read, dest: &Path, options: ExtractOptions) -
         .tempdir_in(parent)
         .with_context(|| format!("creating a staging dir in {}", parent.display()))?;
     let stats = unpack_checked(reader, staging.path(), options)?;
-    let staged = staging.keep();
-    if let Err(e) = std::fs::rename(&staged, dest) {
-        let _ = std::fs::remove_dir_all(&staged);
-        // A concurrent extraction of the same archive finished first.
-        if !dest.is_dir() {
-            return Err(e).with_context(|| format!("moving the extracted tree to {}", dest.display()));
-        }
-    }
+    place_dir(staging, dest, Path::is_dir)
+        .with_context(|| format!("moving the extracted tree to {}", dest.display()))?;
     Ok(stats)
 }
 
@@ -168,15 +178,101 @@ fn check_symlink_target(entry_rel: &Path, target: &Path, entry: &str) -> Result<
     Ok(())
 }
 
+/// A reader that remembers whether it reached the end of its input.
+struct EofWatch<R> {
+    inner: R,
+    hit_eof: Rc<Cell<bool>>,
+}
+
+impl<R: Read> Read for EofWatch<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if n == 0 && !buf.is_empty() {
+            self.hit_eof.set(true);
+        }
+        Ok(n)
+    }
+}
+
+const BLOCK: usize = 512;
+
+/// After the tar reader stopped at the first zero block: the second zero
+/// block must follow, and the rest of the stream (record padding) must read
+/// to its end without error, so the decompressor checks its trailer.
+fn check_archive_end(mut rest: impl Read) -> Result<()> {
+    let mut block = [0u8; BLOCK];
+    if rest.read_exact(&mut block).is_err() {
+        return Err(Truncated("it has only one of the two zero blocks that end an archive".into()).into());
+    }
+    if block.iter().any(|&b| b != 0) {
+        bail!("the archive has a lone zero block followed by data");
+    }
+    std::io::copy(&mut rest, &mut std::io::sink())
+        .map_err(anyhow::Error::new)
+        .context("reading past the end-of-archive marker")
+        .map_err(as_truncation)?;
+    Ok(())
+}
+
+/// An error caused by input that ended too early (the tar reader's own EOF
+/// or a decompressor's `UnexpectedEof`) becomes a [`Truncated`].
+fn as_truncation(error: anyhow::Error) -> anyhow::Error {
+    let ended_early = error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::UnexpectedEof)
+    });
+    if ended_early {
+        error.context(Truncated("its data ends too early".into()))
+    } else {
+        error
+    }
+}
+
+/// A directory whose mode and owner are applied after its entries.
+struct DirAttrs {
+    path: PathBuf,
+    mode: u32,
+    uid: u64,
+    gid: u64,
+}
+
 fn unpack_checked(reader: impl Read, root: &Path, options: ExtractOptions) -> Result<ExtractStats> {
-    use tar::EntryType;
-    let mut archive = tar::Archive::new(reader);
+    let hit_eof = Rc::new(Cell::new(false));
+    let mut archive = tar::Archive::new(EofWatch {
+        inner: reader,
+        hit_eof: hit_eof.clone(),
+    });
     archive.set_preserve_permissions(true);
     archive.set_preserve_mtime(true);
     archive.set_preserve_ownerships(options.preserve_owners);
     archive.set_unpack_xattrs(false);
+    let mut directories = Vec::new();
+    let unpacked = unpack_entries(&mut archive, root, options, &mut directories);
+    // The tar reader treats the end of its input as the end of the archive,
+    // and may report a cut inside an entry as some other error: either way,
+    // an input that ended before the end-of-archive marker is a truncation.
+    if hit_eof.get() {
+        let truncated = Truncated("it ends before its end-of-archive marker".into());
+        return Err(match unpacked {
+            Ok(_) => truncated.into(),
+            Err(e) => e.context(truncated),
+        });
+    }
+    let stats = unpacked.map_err(as_truncation)?;
+    check_archive_end(archive.into_inner())?;
+    apply_dir_attrs(directories, options)?;
+    Ok(stats)
+}
+
+fn unpack_entries(
+    archive: &mut tar::Archive<impl Read>,
+    root: &Path,
+    options: ExtractOptions,
+    directories: &mut Vec<DirAttrs>,
+) -> Result<ExtractStats> {
+    use tar::EntryType;
     let mut symlinks: HashSet<PathBuf> = HashSet::new();
-    let mut directories: Vec<(PathBuf, u32, u64, u64)> = Vec::new();
     let mut stats = ExtractStats::default();
     for entry in archive.entries().context("reading the archive")? {
         let mut entry = entry.context("reading an archive entry")?;
@@ -207,8 +303,12 @@ fn unpack_checked(reader: impl Read, root: &Path, options: ExtractOptions) -> Re
                 // still receive the entries that follow it.
                 std::fs::create_dir_all(&target).with_context(|| format!("creating {name}"))?;
                 let header = entry.header();
-                let mode = header.mode().unwrap_or(0o755);
-                directories.push((target, mode, header.uid().unwrap_or(0), header.gid().unwrap_or(0)));
+                directories.push(DirAttrs {
+                    path: target,
+                    mode: header.mode().unwrap_or(0o755),
+                    uid: header.uid().unwrap_or(0),
+                    gid: header.gid().unwrap_or(0),
+                });
             }
             EntryType::Regular | EntryType::Continuous => {
                 ensure_parent(&target)?;
@@ -265,16 +365,24 @@ fn unpack_checked(reader: impl Read, root: &Path, options: ExtractOptions) -> Re
         }
         stats.entries += 1;
     }
-    for (dir, mode, uid, gid) in directories.into_iter().rev() {
-        use std::os::unix::fs::PermissionsExt;
-        if options.preserve_owners {
-            std::os::unix::fs::chown(&dir, u32::try_from(uid).ok(), u32::try_from(gid).ok())
-                .with_context(|| format!("setting the owner of {}", dir.display()))?;
-        }
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode & 0o7777))
-            .with_context(|| format!("setting the mode of {}", dir.display()))?;
-    }
     Ok(stats)
+}
+
+fn apply_dir_attrs(directories: Vec<DirAttrs>, options: ExtractOptions) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    for dir in directories.into_iter().rev() {
+        if options.preserve_owners {
+            std::os::unix::fs::chown(
+                &dir.path,
+                u32::try_from(dir.uid).ok(),
+                u32::try_from(dir.gid).ok(),
+            )
+            .with_context(|| format!("setting the owner of {}", dir.path.display()))?;
+        }
+        std::fs::set_permissions(&dir.path, std::fs::Permissions::from_mode(dir.mode & 0o7777))
+            .with_context(|| format!("setting the mode of {}", dir.path.display()))?;
+    }
+    Ok(())
 }
 
 fn ensure_parent(path: &Path) -> Result<()> {

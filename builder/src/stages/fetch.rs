@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::cache::{Cache, FileStamp};
+use crate::cache::{BlobLookup, Cache, FileStamp};
 use crate::io::hashing::{HashingWriter, sha256_reader};
 use crate::recipe::Source;
 use crate::tool;
@@ -71,17 +71,33 @@ pub fn fetch(source: &Source, cache: &Cache, options: &FetchOptions, ui: &Ui) ->
     }
 }
 
+/// The cached blob when it is present and sound. A damaged one (its size or
+/// hash is not what was stored) is removed, and the caller fetches it again.
+fn cached_blob(cache: &Cache, sha256: &str, origin: &str, ui: &Ui) -> Result<Option<Fetched>> {
+    match cache.lookup_blob(sha256)? {
+        BlobLookup::Hit(path) => {
+            ui.note(format!("cached: {origin} (sha256 {sha256})"));
+            Ok(Some(Fetched {
+                size: path.metadata()?.len(),
+                sha256: sha256.to_string(),
+                path,
+                origin: origin.to_string(),
+                cached: true,
+            }))
+        }
+        BlobLookup::Missing => Ok(None),
+        BlobLookup::Removed(damage) => {
+            ui.warn(format!(
+                "the cached copy of {origin} (sha256 {sha256}) was damaged: {damage}; removed it, fetching it again"
+            ));
+            Ok(None)
+        }
+    }
+}
+
 fn fetch_url(url: &str, sha256: &str, cache: &Cache, options: &FetchOptions, ui: &Ui) -> Result<Fetched> {
-    if let Some(path) = cache.lookup_blob(sha256) {
-        let size = path.metadata()?.len();
-        ui.note(format!("cached: {url} (sha256 {sha256})"));
-        return Ok(Fetched {
-            sha256: sha256.to_string(),
-            path,
-            origin: url.to_string(),
-            size,
-            cached: true,
-        });
+    if let Some(cached) = cached_blob(cache, sha256, url, ui)? {
+        return Ok(cached);
     }
     let client = reqwest::blocking::Client::builder()
         .connect_timeout(options.connect_timeout)
@@ -235,15 +251,8 @@ pub fn import_file(path: &Path, expected: Option<&str>, cache: &Cache, ui: &Ui) 
         }
         .into());
     }
-    if let Some(blob) = cache.lookup_blob(&sha256) {
-        ui.note(format!("cached: {origin} (sha256 {sha256})"));
-        return Ok(Fetched {
-            sha256,
-            path: blob,
-            origin,
-            size: stamp.size,
-            cached: true,
-        });
+    if let Some(cached) = cached_blob(cache, &sha256, &origin, ui)? {
+        return Ok(cached);
     }
     let temp = cache.temp_file()?;
     let mut writer = HashingWriter::new(BufWriter::with_capacity(1 << 20, temp.reopen()?));
@@ -292,20 +301,11 @@ fn fetch_debian_from(package: &str, usr_src: &Path, cache: &Cache, ui: &Ui) -> R
         fetched.origin = format!("{package} ({})", installed.display());
         return Ok(fetched);
     }
-    if let Some(memo) = cache.read_index::<DebianMemo>("debian", package)
-        && let Some(path) = cache.lookup_blob(&memo.sha256)
-    {
-        ui.note(format!(
-            "cached: Debian {package} {} (sha256 {})",
-            memo.version, memo.sha256
-        ));
-        return Ok(Fetched {
-            size: path.metadata()?.len(),
-            sha256: memo.sha256,
-            path,
-            origin: format!("Debian {package} {}", memo.version),
-            cached: true,
-        });
+    if let Some(memo) = cache.read_index::<DebianMemo>("debian", package) {
+        let origin = format!("Debian {package} {}", memo.version);
+        if let Some(cached) = cached_blob(cache, &memo.sha256, &origin, ui)? {
+            return Ok(cached);
+        }
     }
     tool::require_all(&["apt-get", "dpkg-deb"])?;
     let work = cache.temp_dir("debian-")?;
@@ -373,6 +373,20 @@ mod tests {
         let third = import_file(&file, None, &cache, &ui).unwrap();
         assert_ne!(third.sha256, first.sha256);
         assert!(!third.cached);
+    }
+
+    #[test]
+    fn damaged_import_is_copied_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(&dir.path().join("cache")).unwrap();
+        let file = dir.path().join("src.tar");
+        std::fs::write(&file, b"tarball bytes").unwrap();
+        let ui = Ui::plain();
+        let first = import_file(&file, None, &cache, &ui).unwrap();
+        std::fs::write(&first.path, b"tarball").unwrap();
+        let second = import_file(&file, None, &cache, &ui).unwrap();
+        assert!(!second.cached, "the truncated blob was used");
+        assert_eq!(std::fs::read(&second.path).unwrap(), b"tarball bytes");
     }
 
     #[test]

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::config::KconfigOutput;
 use super::{MakeEnv, SourceTree};
-use crate::cache::{Cache, write_file_atomic};
+use crate::cache::{Cache, Placed, place_dir, write_file_atomic};
 use crate::io::hashing::{sha256_file, sha256_hex};
 use crate::stage::Key;
 use crate::tool;
@@ -83,16 +83,7 @@ pub fn build(
 ) -> Result<KernelOutput> {
     let digest = key.digest();
     let artifact_dir = cache.area("kernels")?.join(&digest);
-    if artifact_dir.join("build.json").is_file() {
-        let mut output: KernelOutput =
-            serde_json::from_str(&std::fs::read_to_string(artifact_dir.join("build.json"))?)
-                .context("reading the cached kernel's build.json")?;
-        ui.note(format!(
-            "cache hit: kernel {} ({})",
-            output.release,
-            artifact_dir.display()
-        ));
-        output.cached = true;
+    if let Some(output) = cached_kernel(&artifact_dir, &digest, ui) {
         return Ok(output);
     }
     ui.note(format!("cache miss: building kernel (key {})", &digest[..16]));
@@ -173,17 +164,116 @@ pub fn build(
         cached: false,
         build_seconds: Some(build_seconds),
     };
-    std::fs::write(stage.join("build.json"), serde_json::to_string_pretty(&output)?)?;
-    std::fs::write(stage.join("key.json"), serde_json::to_string_pretty(key)?)?;
-    let kept = staging.keep();
-    std::fs::rename(&kept, &artifact_dir)
-        .with_context(|| format!("moving the kernel artifacts to {}", artifact_dir.display()))?;
-    ui.note(format!(
-        "kernel {} cached at {}",
-        output.release,
-        artifact_dir.display()
-    ));
+    cache_artifact(staging, &output, key, ui)
+}
+
+/// The cached kernel in `artifact_dir` when it is there and sound. A damaged
+/// one is reported, and replaced when the rebuilt kernel is cached.
+fn cached_kernel(artifact_dir: &Path, digest: &str, ui: &Ui) -> Option<KernelOutput> {
+    if std::fs::symlink_metadata(artifact_dir).is_err() {
+        return None;
+    }
+    match read_artifact(artifact_dir, digest) {
+        Ok(mut output) => {
+            ui.note(format!(
+                "cache hit: kernel {} ({})",
+                output.release,
+                artifact_dir.display()
+            ));
+            output.cached = true;
+            Some(output)
+        }
+        Err(e) => {
+            ui.warn(format!(
+                "the cached kernel at {} is damaged: {e:#}; rebuilding it",
+                artifact_dir.display()
+            ));
+            None
+        }
+    }
+}
+
+/// Reads and checks the kernel artifact in `dir`: its `build.json` is for
+/// `digest`, and the bzImage and config hash to what it records. Paths in the
+/// result are under `dir`, wherever the cache is now.
+pub fn read_artifact(dir: &Path, digest: &str) -> Result<KernelOutput> {
+    let build_json = dir.join("build.json");
+    let text =
+        std::fs::read_to_string(&build_json).with_context(|| format!("reading {}", build_json.display()))?;
+    let mut output: KernelOutput =
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", build_json.display()))?;
+    if output.key != digest {
+        bail!("{} is for the key {}", build_json.display(), output.key);
+    }
+    let mut release = Path::new(&output.release).components();
+    if !matches!(
+        (release.next(), release.next()),
+        (Some(std::path::Component::Normal(_)), None)
+    ) {
+        bail!(
+            "{} names the kernel release {:?}",
+            build_json.display(),
+            output.release
+        );
+    }
+    output.artifact_dir = dir.to_path_buf();
+    output.bzimage = dir.join("bzImage");
+    output.config = dir.join("config");
+    output.modules = output
+        .modules
+        .map(|_| dir.join("modules/lib/modules").join(&output.release));
+    expect_sha256(&output.bzimage, &output.bzimage_sha256)?;
+    expect_sha256(&output.config, &output.config_sha256)?;
+    if let Some(modules) = &output.modules
+        && !modules.is_dir()
+    {
+        bail!("{} is missing", modules.display());
+    }
     Ok(output)
+}
+
+fn expect_sha256(path: &Path, expected: &str) -> Result<()> {
+    let actual = sha256_file(path, None)?;
+    if actual != expected {
+        bail!("{} hashes to {actual}, not {expected}", path.display());
+    }
+    Ok(())
+}
+
+/// Caches a staged kernel artifact (bzImage, config, System.map, modules) at
+/// `output.artifact_dir`: its metadata is written last, then the dir is
+/// renamed into place. When another run cached the same key first, its
+/// artifact is checked and used, and the staging dir removed.
+pub fn cache_artifact(
+    staging: tempfile::TempDir,
+    output: &KernelOutput,
+    key: &Key,
+    ui: &Ui,
+) -> Result<KernelOutput> {
+    let stage = staging.path();
+    std::fs::write(stage.join("key.json"), serde_json::to_string_pretty(key)?)?;
+    std::fs::write(stage.join("build.json"), serde_json::to_string_pretty(output)?)?;
+    let dest = &output.artifact_dir;
+    let placed = place_dir(staging, dest, |dir| read_artifact(dir, &output.key).is_ok())
+        .with_context(|| format!("moving the kernel artifacts to {}", dest.display()))?;
+    match placed {
+        Placed::Ours => {
+            ui.note(format!("kernel {} cached at {}", output.release, dest.display()));
+            Ok(output.clone())
+        }
+        Placed::Theirs => {
+            ui.note(format!(
+                "another run cached the same kernel first; using its copy at {}",
+                dest.display()
+            ));
+            let theirs = read_artifact(dest, &output.key)?;
+            Ok(KernelOutput {
+                cached: false,
+                build_seconds: output.build_seconds,
+                ..theirs
+            })
+        }
+    }
 }
 
 #[cfg(test)]

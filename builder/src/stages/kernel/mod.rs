@@ -15,7 +15,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-use crate::cache::Cache;
+use crate::cache::{BlobCheck, BlobLookup, Cache};
 use crate::io::extract::{ExtractOptions, extract_tarball};
 use crate::recipe::ConfigBase;
 use crate::stages::fetch::Fetched;
@@ -42,13 +42,7 @@ pub fn prepare_source(fetched: &Fetched, cache: &Cache, ui: &Ui) -> Result<Sourc
     if dir.is_dir() {
         ui.note(format!("source tree cached: {}", dir.display()));
     } else {
-        ui.note(format!("extracting {} (once per source hash)", fetched.origin));
-        let stats = extract_tarball(&fetched.path, &dir, ExtractOptions::default(), ui)?;
-        ui.note(format!(
-            "extracted {} entries, {} MiB",
-            stats.entries,
-            stats.bytes >> 20
-        ));
+        extract_source(fetched, cache, &dir, ui)?;
     }
     let root = tree_root(&dir)?;
     if root.join(".config").exists() {
@@ -62,6 +56,33 @@ pub fn prepare_source(fetched: &Fetched, cache: &Cache, ui: &Ui) -> Result<Sourc
         root,
         sha256: fetched.sha256.clone(),
     })
+}
+
+/// Extracts the tarball to `dir`. The tree is kept under the tarball's hash
+/// for good, so the tarball is hashed in full first, and a truncated archive
+/// is refused by the extraction.
+fn extract_source(fetched: &Fetched, cache: &Cache, dir: &Path, ui: &Ui) -> Result<()> {
+    let origin = &fetched.origin;
+    let sha256 = &fetched.sha256;
+    let tarball = match cache.lookup_blob_with(sha256, BlobCheck::Always)? {
+        BlobLookup::Hit(path) => path,
+        BlobLookup::Missing => {
+            bail!(
+                "the tarball of {origin} (sha256 {sha256}) is no longer in the cache; run again to fetch it"
+            )
+        }
+        BlobLookup::Removed(damage) => bail!(
+            "the cached tarball of {origin} (sha256 {sha256}) was damaged ({damage}) and has been removed; run again to fetch it"
+        ),
+    };
+    ui.note(format!("extracting {origin} (once per source hash)"));
+    let stats = extract_tarball(&tarball, dir, ExtractOptions::default(), ui)?;
+    ui.note(format!(
+        "extracted {} entries, {} MiB",
+        stats.entries,
+        stats.bytes >> 20
+    ));
+    Ok(())
 }
 
 /// Tarballs hold one top directory (`linux-6.12.1/`); that is the source root.
