@@ -117,16 +117,17 @@ fn the_loader_is_the_trees_even_through_absolute_links() {
         let root = image_tree(dir.path(), Path::new("/usr/bin/true"), &debian_layout(absolute));
         let archive = boot_initramfs(&root, Path::new("/bin/busybox")).unwrap();
         let loader = file_bytes(&archive, &format!("/lib64/{LOADER}"));
-        assert!(loader.ends_with(TREE_MARK), "absolute={absolute}: the host's loader was taken");
+        assert!(
+            loader.ends_with(TREE_MARK),
+            "absolute={absolute}: the host's loader was taken"
+        );
         // `lib64` leads somewhere: the archive holds what it points to.
         assert_eq!(
             archive.resolve_file(&format!("lib64/{LOADER}")).unwrap(),
             format!("{MULTIARCH}/{LOADER}")
         );
-        for lib in ["libc.so.6"] {
-            let real = archive.resolve_file(&format!("lib/x86_64-linux-gnu/{lib}")).unwrap();
-            assert!(real.starts_with(MULTIARCH), "{real}");
-        }
+        let libc = archive.resolve_file("lib/x86_64-linux-gnu/libc.so.6").unwrap();
+        assert!(libc.starts_with(MULTIARCH), "{libc}");
         if is_root() {
             // `true` stands in for ostree-prepare-root: it must run from the archive.
             match check_prepare_root_runs(&archive).unwrap() {
@@ -134,7 +135,10 @@ fn the_loader_is_the_trees_even_through_absolute_links() {
                 PrepareRootCheck::Skipped(why) => panic!("skipped as root: {why}"),
             }
         } else {
-            skip("the_loader_is_the_trees_even_through_absolute_links (chroot part)", "not root");
+            skip(
+                "the_loader_is_the_trees_even_through_absolute_links (chroot part)",
+                "not root",
+            );
         }
     }
 }
@@ -151,10 +155,13 @@ fn a_library_missing_from_the_tree_is_not_taken_from_the_host() {
             std::fs::remove_file(dir.path().join(MULTIARCH).join(name)).unwrap();
         }
     }
-    let err = boot_initramfs(&root, Path::new("/bin/busybox"))
-        .err()
-        .expect("the host's libc was taken");
-    assert!(format!("{err:#}").contains("needs libc.so.6, which is not in the image tree"), "{err:#}");
+    let Err(err) = boot_initramfs(&root, Path::new("/bin/busybox")) else {
+        panic!("the host's libc was taken");
+    };
+    assert!(
+        format!("{err:#}").contains("needs libc.so.6, which is not in the image tree"),
+        "{err:#}"
+    );
 }
 
 /// The real ostree-prepare-root runs chrooted in the unpacked archive and
@@ -166,7 +173,10 @@ fn ostree_prepare_root_runs_from_the_unpacked_initramfs() {
         return skip(TEST, "not root: chroot needs root");
     }
     if !Path::new(HOST_PREPARE_ROOT).is_file() {
-        return skip(TEST, "no /usr/lib/ostree/ostree-prepare-root (apt-get install ostree-boot)");
+        return skip(
+            TEST,
+            "no /usr/lib/ostree/ostree-prepare-root (apt-get install ostree-boot)",
+        );
     }
     for absolute in [true, false] {
         let dir = tempfile::tempdir().unwrap();
@@ -178,7 +188,10 @@ fn ostree_prepare_root_runs_from_the_unpacked_initramfs() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         eprintln!("absolute={absolute}: {}: {}", out.status, stderr.trim());
         // Without arguments it prints its usage and exits 1: it ran.
-        assert!(stderr.contains("ostree-prepare-root"), "absolute={absolute}: {out:?}");
+        assert!(
+            stderr.contains("ostree-prepare-root"),
+            "absolute={absolute}: {out:?}"
+        );
         assert_ne!(out.status.code(), Some(127), "{out:?}");
     }
 }

@@ -122,16 +122,29 @@ impl Archive {
         let resolved = walk_links(Path::new(path), |here| {
             Ok(match here.to_str().and_then(|key| self.entries.get(key)) {
                 None => Step::Missing,
-                Some(Entry { node: Node::Symlink(target), .. }) => Step::Link(PathBuf::from(target)),
+                Some(Entry {
+                    node: Node::Symlink(target),
+                    ..
+                }) => Step::Link(PathBuf::from(target)),
                 Some(Entry { node: Node::Dir, .. }) => Step::Dir,
                 Some(_) => Step::Other,
             })
         })?
-        .with_context(|| format!("/{} does not lead to anything in the archive", path.trim_start_matches('/')))?;
+        .with_context(|| {
+            format!(
+                "/{} does not lead to anything in the archive",
+                path.trim_start_matches('/')
+            )
+        })?;
         let key = utf8(&resolved.path)?;
         match self.entries.get(key) {
-            Some(Entry { node: Node::File(_), .. }) => Ok(key.to_string()),
-            _ => bail!("/{} leads to /{key}, which is not a file in the archive", path.trim_start_matches('/')),
+            Some(Entry {
+                node: Node::File(_), ..
+            }) => Ok(key.to_string()),
+            _ => bail!(
+                "/{} leads to /{key}, which is not a file in the archive",
+                path.trim_start_matches('/')
+            ),
         }
     }
 
@@ -411,7 +424,8 @@ pub fn add_program_with_libraries<'a>(
             continue;
         }
         let bytes = add_from_tree(archive, root, &path)?;
-        let dynamic = rtcheck::elf::dynamic(&bytes).with_context(|| format!("reading ELF headers of {path}"))?;
+        let dynamic =
+            rtcheck::elf::dynamic(&bytes).with_context(|| format!("reading ELF headers of {path}"))?;
         pending.extend(dynamic.interpreter);
         for library in dynamic.needed {
             let found = find_library(root, &library)?
@@ -461,7 +475,11 @@ fn add_from_tree(archive: &mut Archive, root: &ImageRoot, path: &str) -> Result<
         .filter(|m| m.is_file())
         .with_context(|| format!("{path} is not a regular file in the image tree"))?;
     let bytes = root.read(&resolved.path)?;
-    archive.file(utf8(&resolved.path)?, meta.mode() & 0o7777, Data::Bytes(bytes.clone()))?;
+    archive.file(
+        utf8(&resolved.path)?,
+        meta.mode() & 0o7777,
+        Data::Bytes(bytes.clone()),
+    )?;
     Ok(bytes)
 }
 
@@ -473,7 +491,12 @@ fn find_library(root: &ImageRoot, library: &str) -> Result<Option<String>> {
     for dir in LIB_DIRS {
         let candidate = format!("/{dir}/{library}");
         let resolved = resolve_in_tree(root, Path::new(&candidate))?;
-        if resolved.is_some_and(|r| root.symlink_metadata(&r.path).ok().flatten().is_some_and(|m| m.is_file())) {
+        if resolved.is_some_and(|r| {
+            root.symlink_metadata(&r.path)
+                .ok()
+                .flatten()
+                .is_some_and(|m| m.is_file())
+        }) {
             return Ok(Some(candidate));
         }
     }
@@ -481,7 +504,8 @@ fn find_library(root: &ImageRoot, library: &str) -> Result<Option<String>> {
 }
 
 fn utf8(path: &Path) -> Result<&str> {
-    path.to_str().with_context(|| format!("non-UTF-8 path {}", path.display()))
+    path.to_str()
+        .with_context(|| format!("non-UTF-8 path {}", path.display()))
 }
 
 /// What [`unpack`] did.
@@ -508,7 +532,9 @@ pub fn unpack(cpio_bytes: &[u8], root: &ImageRoot) -> Result<Unpacked> {
         let name = entry.entry().name().to_string();
         let mode = entry.entry().mode();
         let mut data = Vec::new();
-        entry.read_to_end(&mut data).with_context(|| format!("reading {name} from the cpio"))?;
+        entry
+            .read_to_end(&mut data)
+            .with_context(|| format!("reading {name} from the cpio"))?;
         reader = entry.finish()?;
         let rel = Path::new(&name);
         let parent = rel.parent().unwrap_or(Path::new(""));
@@ -519,7 +545,10 @@ pub fn unpack(cpio_bytes: &[u8], root: &ImageRoot) -> Result<Unpacked> {
         match mode & 0o170000 {
             0o040000 => root.create_dir_all(rel, mode & 0o7777)?,
             0o100000 => root.write(rel, &data, mode & 0o7777)?,
-            0o120000 => root.symlink(rel, Path::new(std::str::from_utf8(&data).context("non-UTF-8 link")?))?,
+            0o120000 => root.symlink(
+                rel,
+                Path::new(std::str::from_utf8(&data).context("non-UTF-8 link")?),
+            )?,
             _ => {
                 unpacked.skipped.push(name);
                 continue;
@@ -645,9 +674,15 @@ mod tests {
     #[test]
     fn resolves_links_inside_the_tree_only() {
         let (_dir, root) = linked_tree();
-        let resolved = resolve_in_tree(&root, Path::new("/lib64/ld.so")).unwrap().unwrap();
+        let resolved = resolve_in_tree(&root, Path::new("/lib64/ld.so"))
+            .unwrap()
+            .unwrap();
         assert_eq!(resolved.path, Path::new("usr/lib/x86_64-linux-gnu/ld.so"));
-        let links: Vec<_> = resolved.links.iter().map(|(l, t)| (l.to_str().unwrap(), t.to_str().unwrap())).collect();
+        let links: Vec<_> = resolved
+            .links
+            .iter()
+            .map(|(l, t)| (l.to_str().unwrap(), t.to_str().unwrap()))
+            .collect();
         assert_eq!(
             links,
             [
@@ -656,9 +691,14 @@ mod tests {
                 ("lib", "usr/lib")
             ]
         );
-        let up = resolve_in_tree(&root, Path::new("up/usr/lib64/../lib64/ld.so")).unwrap().unwrap();
+        let up = resolve_in_tree(&root, Path::new("up/usr/lib64/../lib64/ld.so"))
+            .unwrap()
+            .unwrap();
         assert_eq!(up.path, Path::new("usr/lib/x86_64-linux-gnu/ld.so"));
-        assert_eq!(resolve_in_tree(&root, Path::new("/usr/bin/missing")).unwrap(), None);
+        assert_eq!(
+            resolve_in_tree(&root, Path::new("/usr/bin/missing")).unwrap(),
+            None
+        );
         assert_eq!(resolve_in_tree(&root, Path::new("lib64/ld.so/x")).unwrap(), None);
         let looped = resolve_in_tree(&root, Path::new("loop-a/x")).unwrap_err();
         assert!(format!("{looped:#}").contains("too many levels"), "{looped:#}");
@@ -668,15 +708,22 @@ mod tests {
     fn archive_paths_never_sit_under_a_link() {
         let mut archive = Archive::new();
         archive.symlink("lib64", "usr/lib64").unwrap();
-        let err = archive.file("lib64/ld.so", 0o755, Data::Bytes(vec![])).unwrap_err();
+        let err = archive
+            .file("lib64/ld.so", 0o755, Data::Bytes(vec![]))
+            .unwrap_err();
         assert!(err.to_string().contains("/lib64 is not a directory"), "{err}");
-        archive.file("usr/lib/x/ld.so", 0o755, Data::Bytes(vec![])).unwrap();
+        archive
+            .file("usr/lib/x/ld.so", 0o755, Data::Bytes(vec![]))
+            .unwrap();
         assert!(archive.symlink("usr/lib", "/elsewhere").is_err());
         // The link dangles: `usr/lib64` is not in the archive.
         assert!(archive.resolve_file("lib64/ld.so").is_err());
         archive.symlink("usr/lib64/ld.so", "/usr/lib/x/ld.so").unwrap();
         assert_eq!(archive.resolve_file("/lib64/ld.so").unwrap(), "usr/lib/x/ld.so");
-        assert!(archive.resolve_file("usr/lib").is_err(), "a directory is not a file");
+        assert!(
+            archive.resolve_file("usr/lib").is_err(),
+            "a directory is not a file"
+        );
     }
 
     #[test]
@@ -684,13 +731,19 @@ mod tests {
         let (_dir, root) = linked_tree();
         let mut archive = Archive::new();
         add_from_tree(&mut archive, &root, "/lib64/ld.so").unwrap();
-        assert_eq!(archive.get("lib64").unwrap().node, Node::Symlink("/usr/lib64".into()));
+        assert_eq!(
+            archive.get("lib64").unwrap().node,
+            Node::Symlink("/usr/lib64".into())
+        );
         assert_eq!(archive.get("lib").unwrap().node, Node::Symlink("usr/lib".into()));
         assert_eq!(
             archive.get("usr/lib/x86_64-linux-gnu/ld.so").unwrap().node,
             Node::File(Data::Bytes(b"loader".to_vec()))
         );
-        assert_eq!(archive.resolve_file("lib64/ld.so").unwrap(), "usr/lib/x86_64-linux-gnu/ld.so");
+        assert_eq!(
+            archive.resolve_file("lib64/ld.so").unwrap(),
+            "usr/lib/x86_64-linux-gnu/ld.so"
+        );
     }
 
     /// The cpio the old code made: a file under `lib64 -> usr/lib64` with no `usr/lib64`.

@@ -27,7 +27,9 @@ pub fn boot_initramfs(root: &ImageRoot, busybox: &Path) -> Result<Archive> {
         );
     }
     let mut archive = Archive::new();
-    for dir in ["dev", "proc", "sys", "run", "sysroot", "tmp", "usr/bin", "usr/sbin"] {
+    for dir in [
+        "dev", "proc", "sys", "run", "sysroot", "tmp", "usr/bin", "usr/sbin",
+    ] {
         archive.dir(dir, 0o755)?;
     }
     // Busybox and init live in the archive's own layout; `lib` and `lib64`
@@ -55,9 +57,13 @@ pub enum PrepareRootCheck {
 /// not resolve inside the archive. Needs root (chroot); skipped otherwise.
 pub fn check_prepare_root_runs(archive: &Archive) -> Result<PrepareRootCheck> {
     if !crate::tool::running_as_root() {
-        return Ok(PrepareRootCheck::Skipped("not root: cannot chroot into the initramfs".into()));
+        return Ok(PrepareRootCheck::Skipped(
+            "not root: cannot chroot into the initramfs".into(),
+        ));
     }
-    let dir = tempfile::Builder::new().prefix("imgbuild-initramfs-check").tempdir()?;
+    let dir = tempfile::Builder::new()
+        .prefix("imgbuild-initramfs-check")
+        .tempdir()?;
     let root = ImageRoot::open(dir.path())?;
     let mut cpio = Vec::new();
     archive.write_cpio(&mut cpio, 0)?;
