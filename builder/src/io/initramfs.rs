@@ -2,14 +2,17 @@
 //! before children), fixed mtimes and inode numbers, compressed with a codec
 //! the kernel was built to unpack.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use rtcheck::kconfig::Config;
+
+use crate::io::root::ImageRoot;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Data {
@@ -79,21 +82,70 @@ impl Archive {
     }
 
     /// Adds (or replaces) an entry, creating missing parent directories (0755).
+    /// A parent that is a symlink or a file is refused: the kernel would
+    /// follow it or drop the entry, so the archive would not mean what it says.
+    /// A directory with entries below it is only ever replaced by a directory.
     pub fn insert(&mut self, path: &str, entry: Entry) -> Result<()> {
         let path = normalize(path)?;
         let mut parent = Path::new(&path).parent();
         while let Some(p) = parent.filter(|p| !p.as_os_str().is_empty()) {
             let key = p.to_str().expect("utf-8").to_string();
-            self.entries.entry(key).or_insert(Entry {
+            let existing = self.entries.entry(key.clone()).or_insert(Entry {
                 node: Node::Dir,
                 mode: 0o755,
                 uid: 0,
                 gid: 0,
             });
+            if existing.node != Node::Dir {
+                bail!("cannot add /{path} to the archive: its parent /{key} is not a directory");
+            }
             parent = p.parent();
+        }
+        if entry.node != Node::Dir && self.has_children(&path) {
+            bail!("cannot replace the directory /{path} in the archive: it has entries");
         }
         self.entries.insert(path, entry);
         Ok(())
+    }
+
+    fn has_children(&self, dir: &str) -> bool {
+        let prefix = format!("{dir}/");
+        self.entries
+            .range(prefix.clone()..)
+            .next()
+            .is_some_and(|(key, _)| key.starts_with(&prefix))
+    }
+
+    /// Follows `path` through the archive's own symlinks, as the kernel will
+    /// once it is unpacked as `/`, to the regular file it names.
+    pub fn resolve_file(&self, path: &str) -> Result<String> {
+        let resolved = walk_links(Path::new(path), |here| {
+            Ok(match here.to_str().and_then(|key| self.entries.get(key)) {
+                None => Step::Missing,
+                Some(Entry {
+                    node: Node::Symlink(target),
+                    ..
+                }) => Step::Link(PathBuf::from(target)),
+                Some(Entry { node: Node::Dir, .. }) => Step::Dir,
+                Some(_) => Step::Other,
+            })
+        })?
+        .with_context(|| {
+            format!(
+                "/{} does not lead to anything in the archive",
+                path.trim_start_matches('/')
+            )
+        })?;
+        let key = utf8(&resolved.path)?;
+        match self.entries.get(key) {
+            Some(Entry {
+                node: Node::File(_), ..
+            }) => Ok(key.to_string()),
+            _ => bail!(
+                "/{} leads to /{key}, which is not a file in the archive",
+                path.trim_start_matches('/')
+            ),
+        }
     }
 
     pub fn dir(&mut self, path: &str, mode: u32) -> Result<()> {
@@ -262,63 +314,248 @@ pub fn codec_for(config: &Config) -> Result<Codec> {
     }
 }
 
-/// Adds a dynamically linked program from `root` with its loader and the
-/// shared libraries it needs (found in `root`'s library directories).
-pub fn add_program_with_libraries(archive: &mut Archive, root: &Path, program: &str) -> Result<()> {
-    const LIB_DIRS: &[&str] = &[
-        "usr/lib/x86_64-linux-gnu",
-        "lib/x86_64-linux-gnu",
-        "usr/lib64",
-        "lib64",
-        "usr/lib",
-        "lib",
-    ];
-    let mut pending = vec![program.trim_start_matches('/').to_string()];
-    let mut done = std::collections::BTreeSet::new();
-    while let Some(rel) = pending.pop() {
-        if !done.insert(rel.clone()) {
+/// Where a path leads inside a tree: the symlinks crossed on the way (each
+/// with its target as written) and the final path, which crosses none.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resolved {
+    pub links: Vec<(PathBuf, PathBuf)>,
+    pub path: PathBuf,
+}
+
+/// What a tree (an image root or an archive) holds at a path.
+enum Step {
+    Missing,
+    Link(PathBuf),
+    Dir,
+    Other,
+}
+
+/// Linux's limit on symlinks followed in one lookup.
+const MAX_LINKS: usize = 40;
+
+/// Follows `path` through the symlinks of a tree the way the target's kernel
+/// would with that tree as `/`: absolute targets restart at the root and
+/// `..` stops there. None when the path does not exist.
+fn walk_links(path: &Path, mut lookup: impl FnMut(&Path) -> Result<Step>) -> Result<Option<Resolved>> {
+    // A stack of names still to walk, the next one on top; None means `/`.
+    let mut todo: Vec<Option<OsString>> = Vec::new();
+    let stack = |todo: &mut Vec<Option<OsString>>, path: &Path| {
+        for component in path.components().rev() {
+            match component {
+                Component::RootDir => todo.push(None),
+                Component::CurDir | Component::Prefix(_) => {}
+                other => todo.push(Some(other.as_os_str().to_os_string())),
+            }
+        }
+    };
+    stack(&mut todo, path);
+    let (mut done, mut links) = (PathBuf::new(), Vec::new());
+    while let Some(part) = todo.pop() {
+        let Some(name) = part else {
+            done = PathBuf::new();
+            continue;
+        };
+        if name == ".." {
+            done.pop();
             continue;
         }
-        let host_path = root.join(&rel);
-        let bytes = std::fs::read(&host_path).with_context(|| format!("reading {}", host_path.display()))?;
-        let mode = std::fs::metadata(&host_path)?.permissions().mode() & 0o7777;
-        archive.file(&rel, mode, Data::Bytes(bytes.clone()))?;
-        let dynamic =
-            rtcheck::elf::dynamic(&bytes).with_context(|| format!("reading ELF headers of {rel}"))?;
-        if let Some(interp) = dynamic.interpreter {
-            let interp_rel = interp.trim_start_matches('/').to_string();
-            let real = std::fs::canonicalize(root.join(&interp_rel)).ok();
-            // The loader path is usually a symlink into the multiarch dir; keep both.
-            if let Some(real) = real.and_then(|r| r.strip_prefix(root).ok().map(Path::to_path_buf)) {
-                let real = real.to_str().context("non-UTF-8 path")?.to_string();
-                if real != interp_rel {
-                    archive.symlink(&interp_rel, &format!("/{real}"))?;
+        let here = done.join(&name);
+        match lookup(&here)? {
+            Step::Missing => return Ok(None),
+            Step::Link(target) => {
+                if links.len() == MAX_LINKS {
+                    bail!("too many levels of symlinks resolving {}", path.display());
                 }
-                pending.push(real);
-            } else {
-                pending.push(interp_rel);
+                stack(&mut todo, &target);
+                links.push((here, target));
             }
-        }
-        for library in dynamic.needed {
-            let found = LIB_DIRS
-                .iter()
-                .map(|dir| format!("{dir}/{library}"))
-                .find(|candidate| root.join(candidate).exists())
-                .with_context(|| format!("{rel} needs {library}, which is not in the rootfs"))?;
-            let real = std::fs::canonicalize(root.join(&found))?;
-            let real_rel = real
-                .strip_prefix(root)
-                .unwrap_or(&real)
-                .to_str()
-                .context("non-UTF-8 path")?
-                .to_string();
-            if real_rel != found {
-                archive.symlink(&found, &format!("/{real_rel}"))?;
-            }
-            pending.push(real_rel);
+            Step::Dir => done = here,
+            Step::Other if todo.is_empty() => done = here,
+            Step::Other => return Ok(None),
         }
     }
+    Ok(Some(Resolved { links, path: done }))
+}
+
+/// Resolves `path` inside an image tree; the host is never consulted.
+pub fn resolve_in_tree(root: &ImageRoot, path: &Path) -> Result<Option<Resolved>> {
+    walk_links(path, |here| {
+        Ok(match root.symlink_metadata(here)? {
+            None => Step::Missing,
+            Some(meta) if meta.file_type().is_symlink() => Step::Link(root.read_link(here)?),
+            Some(meta) if meta.is_dir() => Step::Dir,
+            Some(_) => Step::Other,
+        })
+    })
+}
+
+/// Where the loader looks for libraries when there is no ld.so.cache.
+const LIB_DIRS: &[&str] = &[
+    "lib/x86_64-linux-gnu",
+    "usr/lib/x86_64-linux-gnu",
+    "lib64",
+    "usr/lib64",
+    "lib",
+    "usr/lib",
+];
+
+/// Adds a dynamically linked program from the image tree `root` with its
+/// loader and the shared libraries it needs, all read inside the tree. Every
+/// symlink crossed on the way (`lib64 -> usr/lib64`, the loader's link into
+/// the multiarch dir) is added as it is in the tree, so each path the
+/// program and the loader use leads to a file in the archive.
+pub fn add_program_with_libraries<'a>(
+    archive: &mut Archive,
+    root: impl Into<TreeArg<'a>>,
+    program: &str,
+) -> Result<()> {
+    let opened;
+    let root = match root.into() {
+        TreeArg::Root(root) => root,
+        TreeArg::Path(path) => {
+            opened = ImageRoot::open(path)?;
+            &opened
+        }
+    };
+    let mut pending = vec![program.to_string()];
+    let mut done = BTreeSet::new();
+    while let Some(path) = pending.pop() {
+        if !done.insert(path.clone()) {
+            continue;
+        }
+        let bytes = add_from_tree(archive, root, &path)?;
+        let dynamic =
+            rtcheck::elf::dynamic(&bytes).with_context(|| format!("reading ELF headers of {path}"))?;
+        pending.extend(dynamic.interpreter);
+        for library in dynamic.needed {
+            let found = find_library(root, &library)?
+                .with_context(|| format!("{path} needs {library}, which is not in the image tree"))?;
+            pending.push(found);
+        }
+    }
+    for path in &done {
+        archive
+            .resolve_file(path)
+            .with_context(|| format!("the archive is inconsistent for {path}"))?;
+    }
     Ok(())
+}
+
+/// TEMPORARY: lets the old `rootfs::boot_initramfs(&Path, …)` in
+/// stages/rootfs/mod.rs compile until it is deleted in favour of
+/// stages/rootfs/boot_initramfs.rs; then `add_program_with_libraries` takes
+/// `&ImageRoot` and this goes.
+pub enum TreeArg<'a> {
+    Root(&'a ImageRoot),
+    Path(&'a Path),
+}
+
+impl<'a> From<&'a ImageRoot> for TreeArg<'a> {
+    fn from(root: &'a ImageRoot) -> Self {
+        TreeArg::Root(root)
+    }
+}
+
+impl<'a> From<&'a Path> for TreeArg<'a> {
+    fn from(path: &'a Path) -> Self {
+        TreeArg::Path(path)
+    }
+}
+
+/// Adds the file at `path` in the tree, and the symlinks that lead to it;
+/// returns its bytes.
+fn add_from_tree(archive: &mut Archive, root: &ImageRoot, path: &str) -> Result<Vec<u8>> {
+    let resolved = resolve_in_tree(root, Path::new(path))?
+        .with_context(|| format!("{path} is not in the image tree {}", root.path().display()))?;
+    for (link, target) in &resolved.links {
+        archive.symlink(utf8(link)?, utf8(target)?)?;
+    }
+    let meta = root
+        .symlink_metadata(&resolved.path)?
+        .filter(|m| m.is_file())
+        .with_context(|| format!("{path} is not a regular file in the image tree"))?;
+    let bytes = root.read(&resolved.path)?;
+    archive.file(
+        utf8(&resolved.path)?,
+        meta.mode() & 0o7777,
+        Data::Bytes(bytes.clone()),
+    )?;
+    Ok(bytes)
+}
+
+/// The path, in one of the loader's directories, of `library` in the tree.
+fn find_library(root: &ImageRoot, library: &str) -> Result<Option<String>> {
+    if library.contains('/') {
+        return Ok(Some(library.to_string()));
+    }
+    for dir in LIB_DIRS {
+        let candidate = format!("/{dir}/{library}");
+        let resolved = resolve_in_tree(root, Path::new(&candidate))?;
+        if resolved.is_some_and(|r| {
+            root.symlink_metadata(&r.path)
+                .ok()
+                .flatten()
+                .is_some_and(|m| m.is_file())
+        }) {
+            return Ok(Some(candidate));
+        }
+    }
+    Ok(None)
+}
+
+fn utf8(path: &Path) -> Result<&str> {
+    path.to_str()
+        .with_context(|| format!("non-UTF-8 path {}", path.display()))
+}
+
+/// What [`unpack`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Unpacked {
+    pub entries: usize,
+    /// Entries the kernel would drop too: their parent is missing or is not a
+    /// directory once links are followed.
+    pub skipped: Vec<String>,
+}
+
+/// Unpacks an uncompressed cpio newc stream into `root` the way the kernel
+/// populates its rootfs: entries in order, a parent must already exist
+/// (through links), owners are not kept. For checks that run what an
+/// initramfs holds.
+pub fn unpack(cpio_bytes: &[u8], root: &ImageRoot) -> Result<Unpacked> {
+    let mut unpacked = Unpacked::default();
+    let mut reader = cpio_bytes;
+    loop {
+        let mut entry = cpio::NewcReader::new(reader).context("reading a cpio header")?;
+        if entry.entry().is_trailer() {
+            return Ok(unpacked);
+        }
+        let name = entry.entry().name().to_string();
+        let mode = entry.entry().mode();
+        let mut data = Vec::new();
+        entry
+            .read_to_end(&mut data)
+            .with_context(|| format!("reading {name} from the cpio"))?;
+        reader = entry.finish()?;
+        let rel = Path::new(&name);
+        let parent = rel.parent().unwrap_or(Path::new(""));
+        if !parent.as_os_str().is_empty() && !root.is_dir(parent) {
+            unpacked.skipped.push(name);
+            continue;
+        }
+        match mode & 0o170000 {
+            0o040000 => root.create_dir_all(rel, mode & 0o7777)?,
+            0o100000 => root.write(rel, &data, mode & 0o7777)?,
+            0o120000 => root.symlink(
+                rel,
+                Path::new(std::str::from_utf8(&data).context("non-UTF-8 link")?),
+            )?,
+            _ => {
+                unpacked.skipped.push(name);
+                continue;
+            }
+        }
+        unpacked.entries += 1;
+    }
 }
 
 #[cfg(test)]
@@ -404,13 +641,136 @@ mod tests {
     #[test]
     fn program_with_libraries_from_a_root() {
         let mut archive = Archive::new();
-        add_program_with_libraries(&mut archive, Path::new("/"), "/usr/bin/ls").unwrap();
+        let host = ImageRoot::open(Path::new("/")).unwrap();
+        add_program_with_libraries(&mut archive, &host, "/usr/bin/ls").unwrap();
         assert!(archive.get("usr/bin/ls").is_some());
         assert!(
             archive.paths().any(|p| p.contains("libc.so")),
             "{:?}",
             archive.paths().collect::<Vec<_>>()
         );
-        assert!(archive.get("lib64/ld-linux-x86-64.so.2").is_some());
+        archive.resolve_file("/lib64/ld-linux-x86-64.so.2").unwrap();
+    }
+
+    use std::os::unix::fs::symlink;
+
+    /// A merged-/usr tree whose loader link is absolute, as on Debian bookworm.
+    fn linked_tree() -> (tempfile::TempDir, ImageRoot) {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir_all(d.join("usr/lib/x86_64-linux-gnu")).unwrap();
+        std::fs::create_dir_all(d.join("usr/lib64")).unwrap();
+        std::fs::write(d.join("usr/lib/x86_64-linux-gnu/ld.so"), "loader").unwrap();
+        symlink("/usr/lib64", d.join("lib64")).unwrap();
+        symlink("usr/lib", d.join("lib")).unwrap();
+        symlink("/lib/x86_64-linux-gnu/ld.so", d.join("usr/lib64/ld.so")).unwrap();
+        symlink("../../../../..", d.join("up")).unwrap();
+        symlink("loop-b", d.join("loop-a")).unwrap();
+        symlink("loop-a", d.join("loop-b")).unwrap();
+        let root = ImageRoot::open(d).unwrap();
+        (dir, root)
+    }
+
+    #[test]
+    fn resolves_links_inside_the_tree_only() {
+        let (_dir, root) = linked_tree();
+        let resolved = resolve_in_tree(&root, Path::new("/lib64/ld.so"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(resolved.path, Path::new("usr/lib/x86_64-linux-gnu/ld.so"));
+        let links: Vec<_> = resolved
+            .links
+            .iter()
+            .map(|(l, t)| (l.to_str().unwrap(), t.to_str().unwrap()))
+            .collect();
+        assert_eq!(
+            links,
+            [
+                ("lib64", "/usr/lib64"),
+                ("usr/lib64/ld.so", "/lib/x86_64-linux-gnu/ld.so"),
+                ("lib", "usr/lib")
+            ]
+        );
+        let up = resolve_in_tree(&root, Path::new("up/usr/lib64/../lib64/ld.so"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(up.path, Path::new("usr/lib/x86_64-linux-gnu/ld.so"));
+        assert_eq!(
+            resolve_in_tree(&root, Path::new("/usr/bin/missing")).unwrap(),
+            None
+        );
+        assert_eq!(resolve_in_tree(&root, Path::new("lib64/ld.so/x")).unwrap(), None);
+        let looped = resolve_in_tree(&root, Path::new("loop-a/x")).unwrap_err();
+        assert!(format!("{looped:#}").contains("too many levels"), "{looped:#}");
+    }
+
+    #[test]
+    fn archive_paths_never_sit_under_a_link() {
+        let mut archive = Archive::new();
+        archive.symlink("lib64", "usr/lib64").unwrap();
+        let err = archive
+            .file("lib64/ld.so", 0o755, Data::Bytes(vec![]))
+            .unwrap_err();
+        assert!(err.to_string().contains("/lib64 is not a directory"), "{err}");
+        archive
+            .file("usr/lib/x/ld.so", 0o755, Data::Bytes(vec![]))
+            .unwrap();
+        assert!(archive.symlink("usr/lib", "/elsewhere").is_err());
+        // The link dangles: `usr/lib64` is not in the archive.
+        assert!(archive.resolve_file("lib64/ld.so").is_err());
+        archive.symlink("usr/lib64/ld.so", "/usr/lib/x/ld.so").unwrap();
+        assert_eq!(archive.resolve_file("/lib64/ld.so").unwrap(), "usr/lib/x/ld.so");
+        assert!(
+            archive.resolve_file("usr/lib").is_err(),
+            "a directory is not a file"
+        );
+    }
+
+    #[test]
+    fn the_loader_and_its_links_come_from_the_tree() {
+        let (_dir, root) = linked_tree();
+        let mut archive = Archive::new();
+        add_from_tree(&mut archive, &root, "/lib64/ld.so").unwrap();
+        assert_eq!(
+            archive.get("lib64").unwrap().node,
+            Node::Symlink("/usr/lib64".into())
+        );
+        assert_eq!(archive.get("lib").unwrap().node, Node::Symlink("usr/lib".into()));
+        assert_eq!(
+            archive.get("usr/lib/x86_64-linux-gnu/ld.so").unwrap().node,
+            Node::File(Data::Bytes(b"loader".to_vec()))
+        );
+        assert_eq!(
+            archive.resolve_file("lib64/ld.so").unwrap(),
+            "usr/lib/x86_64-linux-gnu/ld.so"
+        );
+    }
+
+    /// The cpio the old code made: a file under `lib64 -> usr/lib64` with no `usr/lib64`.
+    #[test]
+    fn unpack_drops_what_the_kernel_drops() {
+        use cpio::newc::{Builder, ModeFileType, trailer};
+        let mut cpio = Vec::new();
+        for (name, kind, mode, data) in [
+            ("lib64", ModeFileType::Symlink, 0o777, &b"usr/lib64"[..]),
+            ("lib64/ld.so", ModeFileType::Regular, 0o755, b"host loader"),
+            ("usr", ModeFileType::Directory, 0o755, b""),
+            ("usr/bin", ModeFileType::Directory, 0o755, b""),
+            ("usr/bin/tool", ModeFileType::Regular, 0o4755, b"tool"),
+        ] {
+            let builder = Builder::new(name).mode(mode).set_mode_file_type(kind);
+            let mut writer = builder.write(&mut cpio, data.len() as u32);
+            writer.write_all(data).unwrap();
+            writer.finish().unwrap();
+        }
+        trailer(&mut cpio).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let unpacked = unpack(&cpio, &ImageRoot::open(dir.path()).unwrap()).unwrap();
+        assert_eq!(unpacked.skipped, ["lib64/ld.so"]);
+        assert_eq!(unpacked.entries, 4);
+        assert!(!dir.path().join("usr/lib64").exists());
+        let tool = dir.path().join("usr/bin/tool");
+        assert_eq!(std::fs::read(&tool).unwrap(), b"tool");
+        assert_eq!(std::fs::metadata(&tool).unwrap().mode() & 0o7777, 0o4755);
     }
 }

@@ -5,8 +5,10 @@
 //! `<stage>/tree` only when complete.
 
 pub mod base;
+pub mod boot_initramfs;
 pub mod layout;
 pub mod overlay;
+pub mod secrets;
 
 use std::path::{Path, PathBuf};
 

@@ -1,0 +1,252 @@
+//! Secrets and build-host identity that must not ship in an image.
+//!
+//! Every device installed from one commit shares its files, and `publish`
+//! serves them to anyone who pulls. So the tree is stripped at compose time
+//! (paths as the Debian tree has them, before the ostree layout moves `/etc`
+//! to `/usr/etc`) of:
+//!
+//! - `/etc/ssh/ssh_host_*`: generated on first boot instead, by
+//!   `emberrtos-ssh-hostkeys.service` in overlays/base;
+//! - `/etc/hostname`: the build host's name. Left absent rather than set to
+//!   `localhost`: with no static hostname systemd uses its fallback
+//!   (`localhost` on Debian) and still accepts a name from DHCP, which a
+//!   static `localhost` would block; an operator's own `/etc/hostname`
+//!   survives upgrades through ostree's `/etc` merge;
+//! - `/etc/resolv.conf` with the build host's content: a link to
+//!   systemd-resolved's stub file when the tree has systemd-resolved,
+//!   otherwise absent so the network service of the device writes it. A
+//!   symlink is kept: it holds no host content;
+//! - `/etc/machine-id`: emptied, so systemd generates the device's own on
+//!   first boot (the machine-id(5) convention for images);
+//!   `/var/lib/dbus/machine-id` unless it links to it;
+//! - `/var/lib/systemd/random-seed` and `credential.secret`.
+//!
+//! [`refuse_private_keys`] then fails the build when any private key is
+//! left anywhere in the tree.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use crate::io::root::ImageRoot;
+
+/// What [`strip_host_identity`] removed or reset, as absolute paths.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stripped {
+    pub removed: Vec<PathBuf>,
+    /// Rewritten to a neutral value (empty `machine-id`, `resolv.conf` link).
+    pub reset: Vec<PathBuf>,
+}
+
+const SSH_DIR: &str = "/etc/ssh";
+const HOST_KEY_PREFIX: &str = "ssh_host_";
+const MACHINE_ID: &str = "/etc/machine-id";
+const RESOLV_CONF: &str = "/etc/resolv.conf";
+const RESOLVED_STUB: &str = "../run/systemd/resolve/stub-resolv.conf";
+const RESOLVED_BINARIES: &[&str] = &[
+    "/usr/lib/systemd/systemd-resolved",
+    "/lib/systemd/systemd-resolved",
+];
+/// Removed whatever they are.
+const HOST_FILES: &[&str] = &[
+    "/etc/hostname",
+    "/var/lib/systemd/random-seed",
+    "/var/lib/systemd/credential.secret",
+];
+
+/// Strips the build host's identity and per-machine secrets from the tree.
+pub fn strip_host_identity(root: &ImageRoot) -> Result<Stripped> {
+    let mut stripped = Stripped::default();
+    for key in ssh_host_keys(root)? {
+        remove(root, &key, &mut stripped)?;
+    }
+    for file in HOST_FILES {
+        remove(root, Path::new(file), &mut stripped)?;
+    }
+    let dbus_id = Path::new("/var/lib/dbus/machine-id");
+    if !is_symlink(root, dbus_id)? {
+        remove(root, dbus_id, &mut stripped)?;
+    }
+    reset_resolv_conf(root, &mut stripped)?;
+    if root.is_dir(Path::new("/etc")) {
+        root.write(Path::new(MACHINE_ID), b"", 0o444)?;
+        stripped.reset.push(MACHINE_ID.into());
+    }
+    Ok(stripped)
+}
+
+fn ssh_host_keys(root: &ImageRoot) -> Result<Vec<PathBuf>> {
+    if !root.is_dir(Path::new(SSH_DIR)) {
+        return Ok(Vec::new());
+    }
+    Ok(root
+        .list(Path::new(SSH_DIR))?
+        .into_iter()
+        .filter(|name| name.to_string_lossy().starts_with(HOST_KEY_PREFIX))
+        .map(|name| Path::new(SSH_DIR).join(name))
+        .collect())
+}
+
+fn remove(root: &ImageRoot, path: &Path, stripped: &mut Stripped) -> Result<()> {
+    if root.symlink_metadata(path)?.is_some() {
+        root.remove(path)?;
+        stripped.removed.push(path.to_path_buf());
+    }
+    Ok(())
+}
+
+fn is_symlink(root: &ImageRoot, path: &Path) -> Result<bool> {
+    Ok(root
+        .symlink_metadata(path)?
+        .is_some_and(|m| m.file_type().is_symlink()))
+}
+
+fn reset_resolv_conf(root: &ImageRoot, stripped: &mut Stripped) -> Result<()> {
+    let path = Path::new(RESOLV_CONF);
+    if root.symlink_metadata(path)?.is_none() || is_symlink(root, path)? {
+        return Ok(());
+    }
+    if RESOLVED_BINARIES.iter().any(|b| root.is_file(Path::new(b))) {
+        root.symlink(path, Path::new(RESOLVED_STUB))?;
+        stripped.reset.push(path.to_path_buf());
+    } else {
+        remove(root, path, stripped)?;
+    }
+    Ok(())
+}
+
+/// Private keys found in an image tree: the build fails on them.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the image tree holds private keys, which every device and anyone who pulls would share: {}", list(.found))]
+pub struct PrivateKeysFound {
+    /// Absolute paths in the tree, with the PEM label found.
+    pub found: Vec<(PathBuf, String)>,
+}
+
+fn list(found: &[(PathBuf, String)]) -> String {
+    found
+        .iter()
+        .map(|(path, label)| format!("{} ({label})", path.display()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Key files are small; larger files are not read.
+pub const SCAN_MAX_FILE_BYTES: u64 = 64 * 1024;
+/// How much of each file is searched for a PEM header.
+pub const SCAN_HEAD_BYTES: usize = 16 * 1024;
+
+/// What [`refuse_private_keys`] looked at.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Scanned {
+    pub files: u64,
+    pub bytes: u64,
+}
+
+/// Fails with [`PrivateKeysFound`], naming every file, when a regular file of
+/// the tree (at most [`SCAN_MAX_FILE_BYTES`]) holds a PEM or OpenSSH private
+/// key in its first [`SCAN_HEAD_BYTES`].
+///
+/// A read-only walk of the tree's host path that follows no link: walkdir
+/// lists without following, and each file is opened `O_NOFOLLOW` (the
+/// confined resolver costs ~10x more per file and buys nothing for a read
+/// of entries the walk just listed as regular files).
+pub fn refuse_private_keys(root: &ImageRoot) -> Result<Scanned> {
+    let mut scanned = Scanned::default();
+    let mut found = Vec::new();
+    let mut head = Vec::with_capacity(SCAN_HEAD_BYTES);
+    for entry in walkdir::WalkDir::new(root.path()) {
+        let entry = entry.with_context(|| format!("walking {}", root.path().display()))?;
+        if !entry.file_type().is_file() || entry.metadata()?.len() > SCAN_MAX_FILE_BYTES {
+            continue;
+        }
+        head.clear();
+        open_nofollow(entry.path())
+            .and_then(|file| file.take(SCAN_HEAD_BYTES as u64).read_to_end(&mut head))
+            .with_context(|| format!("reading {}", entry.path().display()))?;
+        let rel = Path::new("/").join(entry.path().strip_prefix(root.path()).expect("inside"));
+        scanned.files += 1;
+        scanned.bytes += head.len() as u64;
+        if let Some(label) = private_key_label(&head) {
+            found.push((rel, label));
+        }
+    }
+    if found.is_empty() {
+        Ok(scanned)
+    } else {
+        Err(PrivateKeysFound { found }.into())
+    }
+}
+
+fn open_nofollow(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+}
+
+/// The label of the first private key block in `text`: a line that is
+/// `-----BEGIN <label>-----` where the label names a private key
+/// (`PRIVATE KEY`, `RSA PRIVATE KEY`, `OPENSSH PRIVATE KEY`,
+/// `ENCRYPTED PRIVATE KEY`, `PGP PRIVATE KEY BLOCK`, ...). The marker must
+/// end its line, so a program quoting it in a string is not a key.
+pub fn private_key_label(text: &[u8]) -> Option<String> {
+    const BEGIN: &[u8] = b"-----BEGIN ";
+    const DASHES: &[u8] = b"-----";
+    text.split(|&b| b == b'\n').find_map(|line| {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let label = line
+            .trim_ascii_start()
+            .strip_prefix(BEGIN)?
+            .strip_suffix(DASHES)?;
+        let label = std::str::from_utf8(label).ok()?;
+        let private = label == "PRIVATE KEY"
+            || label.ends_with(" PRIVATE KEY")
+            || label.ends_with(" PRIVATE KEY BLOCK");
+        private.then(|| label.to_string())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn private_key_labels() {
+        for (text, label) in [
+            (
+                "-----BEGIN OPENSSH PRIVATE KEY-----\nb3Bl\n",
+                Some("OPENSSH PRIVATE KEY"),
+            ),
+            (
+                "x\r\n-----BEGIN RSA PRIVATE KEY-----\r\nProc-Type: 4,ENCRYPTED\r\n",
+                Some("RSA PRIVATE KEY"),
+            ),
+            ("-----BEGIN PRIVATE KEY-----\nMII\n", Some("PRIVATE KEY")),
+            (
+                "cert\n-----BEGIN ENCRYPTED PRIVATE KEY-----\n",
+                Some("ENCRYPTED PRIVATE KEY"),
+            ),
+            ("  -----BEGIN EC PRIVATE KEY-----\n", Some("EC PRIVATE KEY")),
+            (
+                "-----BEGIN PGP PRIVATE KEY BLOCK-----\n",
+                Some("PGP PRIVATE KEY BLOCK"),
+            ),
+            ("-----BEGIN CERTIFICATE-----\nMII\n", None),
+            ("-----BEGIN PUBLIC KEY-----\nMII\n", None),
+            ("-----BEGIN PGP PUBLIC KEY BLOCK-----\n", None),
+            ("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA host\n", None),
+            ("const char *m = \"-----BEGIN RSA PRIVATE KEY-----\";\n", None),
+            (
+                "if (!strcmp(l, \"-----BEGIN OPENSSH PRIVATE KEY-----\\n\"))\n",
+                None,
+            ),
+            ("-----BEGIN NOT A PRIVATE KEYS-----\n", None),
+            ("", None),
+        ] {
+            assert_eq!(private_key_label(text.as_bytes()).as_deref(), label, "{text:?}");
+        }
+    }
+}
