@@ -404,19 +404,7 @@ const LIB_DIRS: &[&str] = &[
 /// symlink crossed on the way (`lib64 -> usr/lib64`, the loader's link into
 /// the multiarch dir) is added as it is in the tree, so each path the
 /// program and the loader use leads to a file in the archive.
-pub fn add_program_with_libraries<'a>(
-    archive: &mut Archive,
-    root: impl Into<TreeArg<'a>>,
-    program: &str,
-) -> Result<()> {
-    let opened;
-    let root = match root.into() {
-        TreeArg::Root(root) => root,
-        TreeArg::Path(path) => {
-            opened = ImageRoot::open(path)?;
-            &opened
-        }
-    };
+pub fn add_program_with_libraries(archive: &mut Archive, root: &ImageRoot, program: &str) -> Result<()> {
     let mut pending = vec![program.to_string()];
     let mut done = BTreeSet::new();
     while let Some(path) = pending.pop() {
@@ -439,27 +427,6 @@ pub fn add_program_with_libraries<'a>(
             .with_context(|| format!("the archive is inconsistent for {path}"))?;
     }
     Ok(())
-}
-
-/// TEMPORARY: lets the old `rootfs::boot_initramfs(&Path, …)` in
-/// stages/rootfs/mod.rs compile until it is deleted in favour of
-/// stages/rootfs/boot_initramfs.rs; then `add_program_with_libraries` takes
-/// `&ImageRoot` and this goes.
-pub enum TreeArg<'a> {
-    Root(&'a ImageRoot),
-    Path(&'a Path),
-}
-
-impl<'a> From<&'a ImageRoot> for TreeArg<'a> {
-    fn from(root: &'a ImageRoot) -> Self {
-        TreeArg::Root(root)
-    }
-}
-
-impl<'a> From<&'a Path> for TreeArg<'a> {
-    fn from(path: &'a Path) -> Self {
-        TreeArg::Path(path)
-    }
 }
 
 /// Adds the file at `path` in the tree, and the symlinks that lead to it;

@@ -16,7 +16,7 @@ use crate::io::initramfs::{self, Archive};
 use crate::io::root::{ImageRoot, tree_size};
 use crate::recipe::RootfsBase;
 use crate::stages::fetch::FetchOptions;
-use crate::stages::rootfs::{KernelFiles, base, overlay};
+use crate::stages::rootfs::{KernelFiles, base, overlay, secrets};
 use crate::tool;
 use crate::ui::Ui;
 
@@ -336,8 +336,14 @@ pub fn build_iso(
         ui,
     )?;
     let root = ImageRoot::open(&live_root)?;
+    let stripped = secrets::strip_host_identity(&root)?;
+    ui.note(format!(
+        "host identity stripped from the live root: {}",
+        stripped.summary()
+    ));
     let trimmed_bytes = trim(&root)?;
     install_live_files(&root, inputs)?;
+    secrets::refuse_private_keys(&root)?;
     let live_rootfs_bytes = root.size()?.0;
 
     let iso_root = stage_dir.join("iso-root");

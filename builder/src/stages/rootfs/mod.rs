@@ -16,7 +16,7 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use crate::io::extract::{ExtractOptions, extract_tarball};
-use crate::io::initramfs::{self, Archive, Data};
+use crate::io::initramfs;
 use crate::io::root::ImageRoot;
 use crate::tool;
 use crate::ui::Ui;
@@ -25,8 +25,6 @@ use crate::ui::Ui;
 pub const KARGS_FILE: &str = "usr/lib/imgbuild/kargs";
 /// Build facts (name, version, flavor, kernel) for tools on the device.
 pub const BUILD_INFO_FILE: &str = "usr/lib/imgbuild/build.json";
-const OSTREE_INIT: &str = include_str!("ostree-init.sh");
-
 /// The built kernel as the rootfs needs it.
 #[derive(Clone, Debug)]
 pub struct KernelFiles {
@@ -97,38 +95,22 @@ fn install_kernel(root: &ImageRoot, kernel: &KernelFiles) -> Result<PathBuf> {
     Ok(modules_dir)
 }
 
-/// The initramfs that boots an ostree deployment: busybox, an init script,
-/// and `ostree-prepare-root` with its libraries, all taken from the rootfs.
-pub fn boot_initramfs(root: &Path, busybox: &Path) -> Result<Archive> {
-    const PREPARE_ROOT: &str = "usr/lib/ostree/ostree-prepare-root";
-    if !root.join(PREPARE_ROOT).is_file() {
-        bail!(
-            "the rootfs has no /{PREPARE_ROOT}; add the Debian package `ostree-boot` to rootfs.base.packages"
-        );
-    }
-    let mut archive = Archive::new();
-    for dir in [
-        "dev", "proc", "sys", "run", "sysroot", "tmp", "usr/bin", "usr/sbin",
-    ] {
-        archive.dir(dir, 0o755)?;
-    }
-    archive.symlink("bin", "usr/bin")?;
-    archive.symlink("sbin", "usr/sbin")?;
-    archive.symlink("lib", "usr/lib")?;
-    archive.symlink("lib64", "usr/lib64")?;
-    archive.file("usr/bin/busybox", 0o755, Data::Path(busybox.to_path_buf()))?;
-    archive.file("init", 0o755, Data::Bytes(OSTREE_INIT.as_bytes().to_vec()))?;
-    initramfs::add_program_with_libraries(&mut archive, root, PREPARE_ROOT)?;
-    Ok(archive)
-}
-
 /// Installs the kernel, its modules and the boot initramfs; returns the
 /// initramfs sha256.
 fn install_kernel_and_initramfs(root: &ImageRoot, inputs: &ComposeInputs, ui: &Ui) -> Result<String> {
     let modules_dir = install_kernel(root, inputs.kernel)?;
     let config = rtcheck::kconfig::Config::parse(&std::fs::read_to_string(&inputs.kernel.config)?)?;
     let codec = initramfs::codec_for(&config)?;
-    let initramfs = boot_initramfs(root.path(), inputs.busybox)?;
+    let initramfs = boot_initramfs::boot_initramfs(root, inputs.busybox)?;
+    match boot_initramfs::check_prepare_root_runs(&initramfs)? {
+        boot_initramfs::PrepareRootCheck::Skipped(why) => ui.warn(format!(
+            "ostree-prepare-root was not test-run in the initramfs: {why}"
+        )),
+        boot_initramfs::PrepareRootCheck::Ran(output) => ui.note(format!(
+            "boot initramfs check: ostree-prepare-root runs from it ({})",
+            String::from_utf8_lossy(&output.stderr).trim()
+        )),
+    }
     let staged = tempfile::NamedTempFile::new()?;
     let sha256 = initramfs.write_compressed(staged.path(), codec, inputs.epoch as u32)?;
     root.copy_in(staged.path(), &modules_dir.join("initramfs.img"), 0o644)?;
@@ -177,6 +159,8 @@ pub fn compose(inputs: &ComposeInputs, stage_dir: &Path, ui: &Ui) -> Result<Root
         ui,
     )?;
     let root = ImageRoot::open(&partial)?;
+    let stripped = secrets::strip_host_identity(&root)?;
+    ui.note(format!("host identity stripped: {}", stripped.summary()));
     let initramfs_sha256 = install_kernel_and_initramfs(&root, inputs, ui)?;
     for overlay_dir in inputs.overlays {
         let applied = overlay::apply(overlay_dir, &root)
@@ -191,6 +175,7 @@ pub fn compose(inputs: &ComposeInputs, stage_dir: &Path, ui: &Ui) -> Result<Root
     }
     write_build_facts(&root, inputs)?;
     let layout = layout::convert(&root).context("converting to the ostree layout")?;
+    secrets::refuse_private_keys(&root)?;
     let (size_bytes, files) = root.size()?;
 
     let old = stage_dir.join("tree.old");

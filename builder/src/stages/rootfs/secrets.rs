@@ -39,6 +39,27 @@ pub struct Stripped {
     pub reset: Vec<PathBuf>,
 }
 
+impl Stripped {
+    /// One line for the build log.
+    pub fn summary(&self) -> String {
+        let names = |paths: &[PathBuf]| {
+            paths
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match (self.removed.is_empty(), self.reset.is_empty()) {
+            (true, true) => "nothing to strip".into(),
+            _ => format!(
+                "removed [{}], reset [{}]",
+                names(&self.removed),
+                names(&self.reset)
+            ),
+        }
+    }
+}
+
 const SSH_DIR: &str = "/etc/ssh";
 const HOST_KEY_PREFIX: &str = "ssh_host_";
 const MACHINE_ID: &str = "/etc/machine-id";
