@@ -297,6 +297,23 @@ fn real_run_here_reports_what_this_system_is() {
     assert_eq!(labels, vec!["cpu 1"]);
 }
 
+/// Files in the shared temporary directories whose names carry jitter's PID
+/// (`jitter-io-PID`, `jitter-cyclictest-PID.json`): a local user can
+/// create them first, as symlinks, and have root write through them.
+fn predictably_named_files(pid: u32) -> Vec<PathBuf> {
+    [Path::new("/dev/shm").to_path_buf(), std::env::temp_dir()]
+        .iter()
+        .filter_map(|dir| std::fs::read_dir(dir).ok())
+        .flatten()
+        .filter_map(|entry| entry.ok())
+        .filter(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            name.starts_with("jitter") && name.contains(&pid.to_string())
+        })
+        .map(|entry| entry.path())
+        .collect()
+}
+
 /// `kill -9` of jitter takes cyclictest (FIFO 99), hackbench and hackbench's
 /// workers with it.
 #[test]
@@ -323,8 +340,13 @@ fn a_killed_jitter_leaves_no_load_or_cyclictest() {
         let _ = jitter.kill();
         panic!("jitter did not start cyclictest and hackbench within 30 s");
     };
+    let predictable = predictably_named_files(jitter.id());
     jitter.kill().unwrap();
     jitter.wait().unwrap();
+    assert!(
+        predictable.is_empty(),
+        "files an attacker could have planted: {predictable:?}"
+    );
     let gone = poll(Duration::from_secs(10), || {
         let left: Vec<&Process> = tree.iter().filter(|p| still_runs(p)).collect();
         left.is_empty().then_some(())
