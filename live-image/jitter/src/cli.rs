@@ -1,13 +1,14 @@
 //! `jitter [DURATION] [options]`. Exit codes: 0 PASS, 1 error, 2 usage,
 //! 3 FAIL, 4 INVALID.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Parser;
 
 use crate::cpus::CpuSet;
+use crate::output::OutputFile;
 use crate::report;
 use crate::run::{Options, run};
 
@@ -88,6 +89,7 @@ fn execute(cli: &Cli) -> Result<u8> {
         println!(" PREEMPT_RT: {}", if rt { "yes" } else { "NO" });
         return Ok(if rt { 0 } else { 3 });
     }
+    let outputs = Outputs::open(cli)?;
     let options = Options {
         duration_s: cli.duration,
         budget_us: cli.budget,
@@ -97,22 +99,40 @@ fn execute(cli: &Cli) -> Result<u8> {
         priority: cli.priority,
         no_load: cli.no_load,
         histogram_max_us: cli.histogram_max,
-        save_cyclictest: cli.save_cyclictest.clone(),
     };
-    let report = run(&options)?;
-    let json_to_stdout = cli.json.as_deref().is_some_and(|p| p.as_os_str() == "-");
-    if json_to_stdout {
+    let report = run(&options, outputs.cyclictest)?;
+    if outputs.json_to_stdout {
         eprint!("{}", report.table());
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", report.table());
     }
-    if let Some(path) = cli.json.as_deref().filter(|p| p.as_os_str() != "-") {
-        std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
-            .with_context(|| format!("writing {}", path.display()))?;
+    if let Some(file) = outputs.json {
+        file.write((serde_json::to_string_pretty(&report)? + "\n").as_bytes())?;
     }
-    if let Some(path) = &cli.svg {
-        std::fs::write(path, report::svg(&report)?).with_context(|| format!("writing {}", path.display()))?;
+    if let Some(file) = outputs.svg {
+        file.write(report::svg(&report)?.as_bytes())?;
     }
     Ok(report.verdict().exit_code())
+}
+
+/// Every file the run writes, opened before it measures.
+struct Outputs {
+    json_to_stdout: bool,
+    json: Option<OutputFile>,
+    svg: Option<OutputFile>,
+    cyclictest: Option<OutputFile>,
+}
+
+impl Outputs {
+    fn open(cli: &Cli) -> Result<Outputs> {
+        let open = |path: Option<&Path>| path.map(OutputFile::open).transpose();
+        let json_to_stdout = cli.json.as_deref().is_some_and(|p| p.as_os_str() == "-");
+        Ok(Outputs {
+            json_to_stdout,
+            json: open(cli.json.as_deref().filter(|_| !json_to_stdout))?,
+            svg: open(cli.svg.as_deref())?,
+            cyclictest: open(cli.save_cyclictest.as_deref())?,
+        })
+    }
 }

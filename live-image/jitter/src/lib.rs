@@ -3,10 +3,12 @@
 //! gives a verdict: PASS, FAIL, or INVALID with the reasons the measurement
 //! cannot be trusted.
 
+pub mod child;
 pub mod cli;
 pub mod cpus;
 pub mod cyclictest;
 pub mod load;
+pub mod output;
 pub mod report;
 pub mod run;
 pub mod system;

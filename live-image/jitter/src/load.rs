@@ -1,18 +1,22 @@
 //! The worst-case load on the housekeeping CPUs while cyclictest measures the
 //! RT CPUs: hackbench in a loop, a CPU burner per housekeeping CPU, and a
-//! dd-style writer into tmpfs. Everything is pinned, and stopping kills
-//! hackbench's whole process group, so no load process outlives jitter.
+//! dd-style writer into tmpfs. Everything is pinned. Every hackbench runs in
+//! one process group, which stopping kills and which a guard process kills
+//! when jitter dies in any other way (even `kill -9`), so no load process
+//! outlives jitter.
 
-use std::io::Write;
+use std::fs::File;
+use std::io::{Seek, Write};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use anyhow::{Context, Result};
 
+use crate::child::die_with_jitter;
 use crate::cpus::CpuSet;
 use crate::verdict::LoadReport;
 
@@ -45,17 +49,18 @@ struct Shared {
     hackbench_runs: AtomicU64,
     hackbench_failures: AtomicU64,
     io_bytes: AtomicU64,
-    /// Process group of the running hackbench (0 when none).
-    hackbench_group: AtomicI32,
+    /// The process group every hackbench joins: the guard's.
+    group: libc::pid_t,
     last_error: Mutex<Option<String>>,
 }
 
 pub struct Load {
     shared: Arc<Shared>,
+    /// Kept for its stdin: closing it (jitter exiting) fires the guard.
+    _guard: Child,
     threads: Vec<JoinHandle<()>>,
     burners: u32,
     cpus: CpuSet,
-    io_file: PathBuf,
 }
 
 /// A directory on tmpfs for the I/O writer.
@@ -73,12 +78,13 @@ impl Load {
         unsafe {
             libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
         }
+        let guard = start_guard()?;
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
             hackbench_runs: AtomicU64::new(0),
             hackbench_failures: AtomicU64::new(0),
             io_bytes: AtomicU64::new(0),
-            hackbench_group: AtomicI32::new(0),
+            group: guard.id() as libc::pid_t,
             last_error: Mutex::new(None),
         });
         let mut threads = Vec::new();
@@ -108,19 +114,23 @@ impl Load {
             );
         }
 
-        let io_file = tmpfs_dir().join(format!("jitter-io-{}", std::process::id()));
-        let (s, pin, path) = (shared.clone(), cpus.clone(), io_file.clone());
+        // Unnamed (O_TMPFILE): nothing to guess, and nothing left in RAM
+        // even when jitter is killed.
+        let dir = tmpfs_dir();
+        let io_file = tempfile::tempfile_in(&dir)
+            .with_context(|| format!("creating the I/O load's file in {}", dir.display()))?;
+        let (s, pin) = (shared.clone(), cpus.clone());
         threads.push(
             std::thread::Builder::new()
                 .name("io".into())
-                .spawn(move || io_loop(&s, &pin, &path))?,
+                .spawn(move || io_loop(&s, &pin, io_file))?,
         );
         Ok(Load {
             shared,
+            _guard: guard,
             threads,
             burners: cpus.len() as u32,
             cpus: cpus.clone(),
-            io_file,
         })
     }
 
@@ -150,7 +160,6 @@ impl Load {
         // A hackbench may have started between the kill and the join.
         kill_group(&self.shared);
         reap_orphans();
-        let _ = std::fs::remove_file(&self.io_file);
     }
 }
 
@@ -160,13 +169,27 @@ impl Drop for Load {
     }
 }
 
+/// Starts the guard: a shell leading a new process group, which kills that
+/// whole group once its stdin reaches end of file, that is once jitter has
+/// exited, however it exited. The kernel's parent-death signal (see
+/// [`die_with_jitter`]) reaches hackbench but not its workers, which wait
+/// forever for a start signal when hackbench dies before sending it.
+fn start_guard() -> Result<Child> {
+    Command::new("sh")
+        .args(["-c", "read -r line; kill -KILL 0"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .context("starting the process that stops the load if jitter dies")
+}
+
+/// Kills every hackbench and its workers, and the guard.
 fn kill_group(shared: &Shared) {
-    let group = shared.hackbench_group.load(Ordering::SeqCst);
-    if group > 0 {
-        // SAFETY: sends a signal to a process group we created; no memory involved.
-        unsafe {
-            libc::killpg(group, libc::SIGKILL);
-        }
+    // SAFETY: sends a signal to the process group we created; no memory involved.
+    unsafe {
+        libc::killpg(shared.group, libc::SIGKILL);
     }
 }
 
@@ -191,11 +214,11 @@ fn hackbench_loop(shared: &Shared, cpus: &CpuSet) {
     while !shared.stop.load(Ordering::SeqCst) {
         let set = cpu_set(cpus);
         let mut command = Command::new("hackbench");
-        command
+        die_with_jitter(&mut command)
             .args(["-g", "4", "-l", "200", "-s", "512"])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
-            .process_group(0);
+            .process_group(shared.group);
         // SAFETY: sched_setaffinity is async-signal-safe; the set is a copy
         // owned by the closure.
         unsafe {
@@ -214,9 +237,7 @@ fn hackbench_loop(shared: &Shared, cpus: &CpuSet) {
                 return;
             }
         };
-        shared.hackbench_group.store(child.id() as i32, Ordering::SeqCst);
         let output = child.wait_with_output();
-        shared.hackbench_group.store(0, Ordering::SeqCst);
         match output {
             Ok(out) if out.status.success() => {
                 shared.hackbench_runs.fetch_add(1, Ordering::SeqCst);
@@ -241,13 +262,13 @@ fn hackbench_loop(shared: &Shared, cpus: &CpuSet) {
     }
 }
 
-fn io_loop(shared: &Shared, cpus: &CpuSet, path: &PathBuf) {
+fn io_loop(shared: &Shared, cpus: &CpuSet, mut file: File) {
     let _ = pin_current_thread(cpus);
     let block = vec![0x5au8; 1 << 20];
     while !shared.stop.load(Ordering::SeqCst) {
         let result = (|| -> Result<()> {
-            let mut file =
-                std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+            file.set_len(0)?;
+            file.rewind()?;
             for _ in 0..32 {
                 if shared.stop.load(Ordering::SeqCst) {
                     break;

@@ -2,16 +2,19 @@
 //! load, assess, report.
 
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use tempfile::NamedTempFile;
 
+use crate::child::die_with_jitter;
 use crate::cpus::{CpuSet, isolated_by_cmdline};
 use crate::cyclictest::{self, RunParams};
 use crate::load::{Load, pin_current_thread};
+use crate::output::OutputFile;
 use crate::report::{CoreStats, KernelInfo, Report, RunInfo, SCHEMA, Tuning};
 use crate::system::{SystemState, read_system};
 use crate::verdict::{self, LoadReport};
@@ -26,8 +29,6 @@ pub struct Options {
     pub priority: u32,
     pub no_load: bool,
     pub histogram_max_us: u32,
-    /// Where to keep cyclictest's raw output, if anywhere.
-    pub save_cyclictest: Option<PathBuf>,
 }
 
 /// A program jitter needs that is not installed.
@@ -132,7 +133,7 @@ fn run_cyclictest(
 ) -> Result<CyclictestOutput> {
     // Pin ourselves (and so cyclictest's start-up) to the housekeeping CPUs.
     let _ = pin_current_thread(housekeeping);
-    let mut child = Command::new("cyclictest")
+    let mut child = die_with_jitter(&mut Command::new("cyclictest"))
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -190,7 +191,7 @@ fn run_cyclictest(
 }
 
 fn supports_json() -> bool {
-    Command::new("cyclictest")
+    die_with_jitter(&mut Command::new("cyclictest"))
         .arg("--help")
         .output()
         .map(|o| {
@@ -200,8 +201,23 @@ fn supports_json() -> bool {
         .unwrap_or(false)
 }
 
-/// Runs the whole measurement.
-pub fn run(options: &Options) -> Result<Report> {
+/// A file with an unpredictable name for cyclictest's `--json`, when the
+/// installed cyclictest has it; removed when dropped.
+fn cyclictest_json_file() -> Result<Option<NamedTempFile>> {
+    if !supports_json() {
+        return Ok(None);
+    }
+    let file = tempfile::Builder::new()
+        .prefix("jitter-cyclictest-")
+        .suffix(".json")
+        .tempfile()
+        .context("creating a temporary file for cyclictest's JSON")?;
+    Ok(Some(file))
+}
+
+/// Runs the whole measurement; keeps cyclictest's own output in
+/// `save_cyclictest` if given (opened by the caller before measuring).
+pub fn run(options: &Options, save_cyclictest: Option<OutputFile>) -> Result<Report> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         bail!(
@@ -232,9 +248,9 @@ pub fn run(options: &Options) -> Result<Report> {
         housekeeping: housekeeping.clone(),
         histogram_max_us: options.histogram_max_us,
     };
-    let json_file: Option<PathBuf> = supports_json()
-        .then(|| std::env::temp_dir().join(format!("jitter-cyclictest-{}.json", std::process::id())));
-    let args = cyclictest::arguments(&params, json_file.as_deref());
+    let json_file = cyclictest_json_file()?;
+    let json_path = json_file.as_ref().map(NamedTempFile::path);
+    let args = cyclictest::arguments(&params, json_path);
     let load_text = if options.no_load {
         "no load".to_string()
     } else {
@@ -251,7 +267,7 @@ pub fn run(options: &Options) -> Result<Report> {
     } else {
         Some(Load::start(&housekeeping).context("starting the load")?)
     };
-    let measured = run_cyclictest(&args, json_file.as_deref(), &housekeeping);
+    let measured = run_cyclictest(&args, json_path, &housekeeping);
     let load_report = match load {
         Some(load) => {
             if let Some(error) = load.last_error() {
@@ -264,12 +280,10 @@ pub fn run(options: &Options) -> Result<Report> {
             ..LoadReport::default()
         },
     };
-    if let Some(file) = &json_file {
-        let _ = std::fs::remove_file(file);
-    }
+    drop(json_file);
     let measured = measured?;
-    if let Some(path) = &options.save_cyclictest {
-        std::fs::write(path, &measured.stdout).with_context(|| format!("writing {}", path.display()))?;
+    if let Some(file) = save_cyclictest {
+        file.write(measured.stdout.as_bytes())?;
     }
     let text = cyclictest::parse_histogram(&measured.stdout).context("parsing cyclictest's histogram")?;
     let json = measured
@@ -354,7 +368,6 @@ mod tests {
             priority: 99,
             no_load: false,
             histogram_max_us: 1000,
-            save_cyclictest: None,
         }
     }
 
