@@ -54,6 +54,10 @@ pub enum BzImageError {
     NotUtf8,
     #[error("version string is not `<release> (<builder>) <version>`: {0:?}")]
     MalformedVersion(String),
+    #[error(
+        "version string reads more than one way (`) #` occurs {count} times, so the builder may hide a second UTS_VERSION): {raw:?}"
+    )]
+    AmbiguousVersion { count: usize, raw: String },
 }
 
 fn u16_at(data: &[u8], offset: usize) -> u16 {
@@ -134,10 +138,18 @@ pub fn read_setup_header(image: &[u8]) -> Result<SetupHeader, BzImageError> {
 
 /// Splits `6.12.1 (user@host) #1 SMP PREEMPT_RT date` into its parts. The builder
 /// is matched with balanced parentheses because Debian's contains none but a
-/// hostname may.
+/// hostname may. A builder that could end at more than one `) #` (a crafted
+/// host such as `h) #1 SMP PREEMPT_RT (x`) makes the string ambiguous: refused.
 pub fn parse_version_string(raw: &str) -> Result<KernelVersion, BzImageError> {
     let malformed = || BzImageError::MalformedVersion(raw.to_string());
     let (release, rest) = raw.split_once(" (").ok_or_else(malformed)?;
+    let count = rest.matches(") #").count();
+    if count > 1 {
+        return Err(BzImageError::AmbiguousVersion {
+            count,
+            raw: raw.to_string(),
+        });
+    }
     let mut depth = 1usize;
     let mut close = None;
     for (i, c) in rest.char_indices() {
@@ -278,6 +290,29 @@ pub(crate) mod tests {
             read_setup_header(&image),
             Err(BzImageError::ProtocolTooOld { .. })
         ));
+    }
+
+    #[test]
+    fn refuses_a_version_string_that_reads_two_ways() {
+        // A crafted build host `k@h) #1 SMP PREEMPT_RT (x` on a PREEMPT_DYNAMIC kernel.
+        let spoof = "6.1.0-57-cloud-amd64 (k@h) #1 SMP PREEMPT_RT (x) #1 SMP PREEMPT_DYNAMIC Debian 6.1.192-3 (2026-11-26)";
+        assert!(matches!(
+            parse_version_string(spoof),
+            Err(BzImageError::AmbiguousVersion { count: 2, .. })
+        ));
+        let image = synthetic_image(spoof, 30);
+        assert!(matches!(
+            read_setup_header(&image),
+            Err(BzImageError::AmbiguousVersion { .. })
+        ));
+        let genuine = parse_version_string(
+            "6.1.0-41-rt-amd64 (debian-kernel@lists.debian.org) #1 SMP PREEMPT_RT Debian 6.1.192-3 (2026-11-26)",
+        )
+        .unwrap();
+        assert_eq!(
+            genuine.uts_version,
+            "#1 SMP PREEMPT_RT Debian 6.1.192-3 (2026-11-26)"
+        );
     }
 
     #[test]
