@@ -179,12 +179,16 @@ pub fn parse_version_string(raw: &str) -> Result<KernelVersion, BzImageError> {
     })
 }
 
-#[cfg(test)]
-pub(crate) mod tests {
+/// Minimal bzImages for tests, here and in the crates that gate on them: a
+/// setup header, a version string and, optionally, a gzip payload with an
+/// embedded config. No real kernel is needed to exercise a gate.
+pub mod synthetic {
+    use std::io::Write;
+
     use super::*;
 
-    /// Builds a minimal image whose setup header points at `version`.
-    pub(crate) fn synthetic_image(version: &str, setup_sects: u8) -> Vec<u8> {
+    /// An image whose setup header points at `version`, with no payload.
+    pub fn image(version: &str, setup_sects: u8) -> Vec<u8> {
         let setup_size = (setup_sects as usize + 1) * SECTOR;
         let mut image = vec![0u8; setup_size + 1024];
         image[SETUP_SECTS] = setup_sects;
@@ -198,9 +202,9 @@ pub(crate) mod tests {
         image
     }
 
-    /// Like [`synthetic_image`] with `payload` as the compressed kernel.
-    pub(crate) fn synthetic_image_with_payload(version: &str, payload: &[u8]) -> Vec<u8> {
-        let mut image = synthetic_image(version, 30);
+    /// Like [`image`] with `payload` as the compressed kernel.
+    pub fn image_with_payload(version: &str, payload: &[u8]) -> Vec<u8> {
+        let mut image = image(version, 30);
         let setup_size = 31 * SECTOR;
         image.truncate(setup_size + 16);
         image[PAYLOAD_OFFSET..PAYLOAD_OFFSET + 4].copy_from_slice(&16u32.to_le_bytes());
@@ -208,6 +212,30 @@ pub(crate) mod tests {
         image.extend_from_slice(payload);
         image
     }
+
+    pub fn gzip(data: &[u8]) -> Vec<u8> {
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        encoder.write_all(data).expect("writing to a Vec");
+        encoder.finish().expect("writing to a Vec")
+    }
+
+    /// A kernel image with a gzip payload that embeds `config` as IKCONFIG
+    /// (or embeds none).
+    pub fn kernel(version: &str, config: Option<&str>) -> Vec<u8> {
+        let mut vmlinux = b"\x7fELF...".to_vec();
+        if let Some(config) = config {
+            vmlinux.extend_from_slice(b"IKCFG_ST");
+            vmlinux.extend(gzip(config.as_bytes()));
+            vmlinux.extend_from_slice(b"IKCFG_ED");
+        }
+        image_with_payload(version, &gzip(&vmlinux))
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::synthetic::image as synthetic_image;
+    use super::*;
 
     #[test]
     fn reads_a_synthetic_header() {

@@ -520,26 +520,17 @@ mod tests {
     }
 
     #[cfg(feature = "image")]
-    fn gzip(data: &[u8]) -> Vec<u8> {
-        use std::io::Write;
-        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        enc.write_all(data).unwrap();
-        enc.finish().unwrap()
-    }
+    use crate::bzimage::synthetic::gzip;
 
     #[cfg(feature = "image")]
     fn image_with_ikconfig(version: &str, config: &str) -> Vec<u8> {
-        let mut vmlinux = b"\x7fELF...".to_vec();
-        vmlinux.extend_from_slice(b"IKCFG_ST");
-        vmlinux.extend(gzip(config.as_bytes()));
-        vmlinux.extend_from_slice(b"IKCFG_ED");
-        crate::bzimage::tests::synthetic_image_with_payload(version, &gzip(&vmlinux))
+        crate::bzimage::synthetic::kernel(version, Some(config))
     }
 
     #[cfg(feature = "image")]
     #[test]
     fn image_checks_on_synthetic_images() {
-        use crate::bzimage::tests::{synthetic_image, synthetic_image_with_payload};
+        use crate::bzimage::synthetic::{image as synthetic_image, image_with_payload as synthetic_image_with_payload};
         let rt_config = "CONFIG_PREEMPT_RT=y\nCONFIG_IKCONFIG=y\n";
         let rt = check_image(
             &image_with_ikconfig("6.12 (a@b) #1 SMP PREEMPT_RT x", rt_config),
