@@ -186,6 +186,10 @@ pub struct Evidence {
     pub release: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub uts_version: Option<String>,
+    /// For evidence taken on a booted kernel: the sha256 of the medium (the
+    /// live ISO) it booted from, so a gate can tell which build it belongs to.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub medium_sha256: Option<String>,
     pub checks: Vec<Check>,
 }
 
@@ -217,6 +221,7 @@ impl Evidence {
     pub fn extend(&mut self, other: Evidence) {
         self.release = self.release.take().or(other.release);
         self.uts_version = self.uts_version.take().or(other.uts_version);
+        self.medium_sha256 = self.medium_sha256.take().or(other.medium_sha256);
         for check in other.checks {
             self.record(check);
         }
@@ -439,7 +444,15 @@ mod tests {
         );
         assert_eq!(
             required_checks(RequiredFor::build(true, true)),
-            [Config, Header, UtsVersion, BuildConfig, Modules, BootUname, BootConfig]
+            [
+                Config,
+                Header,
+                UtsVersion,
+                BuildConfig,
+                Modules,
+                BootUname,
+                BootConfig
+            ]
         );
         // `verify-kernel` on an image alone.
         assert_eq!(required_checks(RequiredFor::default()), [Header, UtsVersion]);
@@ -465,7 +478,11 @@ mod tests {
             "#1 SMP PREEMPT_RT (x) #1 SMP PREEMPT_DYNAMIC Debian 6.1.192-3 (2026-11-26)",
         ] {
             let booted = check_running_kernel(spoof, None);
-            assert_eq!(booted.get(id::BOOT_UNAME).unwrap().status, Status::Fail, "{spoof}");
+            assert_eq!(
+                booted.get(id::BOOT_UNAME).unwrap().status,
+                Status::Fail,
+                "{spoof}"
+            );
             assert_eq!(
                 uts_version_check(id::UTS_VERSION, spoof).status,
                 Status::Fail,
@@ -530,7 +547,9 @@ mod tests {
     #[cfg(feature = "image")]
     #[test]
     fn image_checks_on_synthetic_images() {
-        use crate::bzimage::synthetic::{image as synthetic_image, image_with_payload as synthetic_image_with_payload};
+        use crate::bzimage::synthetic::{
+            image as synthetic_image, image_with_payload as synthetic_image_with_payload,
+        };
         let rt_config = "CONFIG_PREEMPT_RT=y\nCONFIG_IKCONFIG=y\n";
         let rt = check_image(
             &image_with_ikconfig("6.12 (a@b) #1 SMP PREEMPT_RT x", rt_config),
@@ -585,7 +604,10 @@ mod tests {
             "6.1.0-57-cloud-amd64 (k@h) #1 SMP PREEMPT_RT x SMP PREEMPT_DYNAMIC Debian 6.1.192-3 (2026-11-26)",
         ] {
             let refused = check_image(&synthetic_image(spoof, 30), None);
-            assert!(!refused.all_passed(&[CheckId::Header, CheckId::UtsVersion]), "{spoof}");
+            assert!(
+                !refused.all_passed(&[CheckId::Header, CheckId::UtsVersion]),
+                "{spoof}"
+            );
         }
 
         let garbage = check_image(b"garbage", Some("# CONFIG_PREEMPT_RT is not set\n"));
