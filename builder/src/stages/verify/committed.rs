@@ -85,6 +85,30 @@ fn children(dir: &gio::File) -> Result<Vec<(String, gio::FileType)>> {
     Ok(out)
 }
 
+/// The content of a regular file in the commit, read from its object.
+fn contents(file: &gio::File) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let repo_file = file
+        .downcast_ref::<ostree::RepoFile>()
+        .context("not a file inside an ostree commit")?;
+    repo_file
+        .ensure_resolved()
+        .with_context(|| format!("resolving {} in the commit", file.uri()))?;
+    let checksum = repo_file.checksum();
+    let (stream, _, _) = repo_file
+        .repo()
+        .load_file(&checksum, gio::Cancellable::NONE)
+        .with_context(|| format!("loading {} (object {checksum}) from the repo", file.uri()))?;
+    let mut bytes = Vec::new();
+    if let Some(stream) = stream {
+        stream
+            .into_read()
+            .read_to_end(&mut bytes)
+            .with_context(|| format!("reading {} from the repo", file.uri()))?;
+    }
+    Ok(bytes)
+}
+
 /// The bytes of a regular file in the commit; `None` when absent. A symlink
 /// or anything else in its place is a refusal: the gate reads no link.
 fn regular_file(dir: &gio::File, name: &str) -> Result<Option<Vec<u8>>> {
@@ -99,10 +123,7 @@ fn regular_file(dir: &gio::File, name: &str) -> Result<Option<Vec<u8>>> {
             ));
         }
     }
-    let (bytes, _) = file
-        .load_contents(gio::Cancellable::NONE)
-        .with_context(|| format!("reading {} from the commit", file.uri()))?;
-    Ok(Some(bytes.to_vec()))
+    contents(&file).map(Some)
 }
 
 /// The one kernel directory `/usr/lib/modules/<release>` holding a `vmlinuz`.
@@ -145,11 +166,9 @@ fn module_vermagics(
         match kind {
             gio::FileType::Directory => module_vermagics(&dir.child(&name), &format!("{path}/"), out)?,
             gio::FileType::Regular if verify::is_module_name(&name) => {
-                let (raw, _) = dir
-                    .child(&name)
-                    .load_contents(gio::Cancellable::NONE)
+                let raw = contents(&dir.child(&name))
                     .with_context(|| format!("reading module {path} from the commit"))?;
-                let vermagic = verify::decode_module(&name, raw.to_vec())
+                let vermagic = verify::decode_module(&name, raw)
                     .map_err(|e| format!("{e:#}"))
                     .and_then(|bytes| read_vermagic(&bytes).map_err(|e| e.to_string()));
                 out.push((path, vermagic));
