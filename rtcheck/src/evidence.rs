@@ -6,7 +6,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::kconfig::Config;
-use crate::uts::{PreemptModel, parse_uts_version};
+use crate::uts::{PreemptModel, UtsError, parse_uts_version};
 use crate::vermagic::Vermagic;
 
 /// The PREEMPT_RT checks. Their text form names the `imgbuild.rt.*` commit
@@ -238,7 +238,13 @@ pub fn uts_version_check(id: &str, uts_version: &str) -> Check {
                 .map_or("no preemption flag".to_string(), |m: PreemptModel| m.to_string());
             Check::fail(id, format!("not PREEMPT_RT ({model}) in {uts_version:?}"))
         }
-        Err(e) => Check::fail(id, e.to_string()),
+        // Name the model the flag slot claims when it is not RT anyway.
+        Err(
+            e @ UtsError::Ambiguous {
+                flagged: Some(model), ..
+            },
+        ) if model != PreemptModel::Rt => Check::fail(id, format!("not PREEMPT_RT ({model}); {e}")),
+        Err(e) => Check::fail(id, format!("not proven PREEMPT_RT: {e}")),
     }
 }
 
@@ -489,6 +495,16 @@ mod tests {
                 "{spoof}"
             );
         }
+        // A generic kernel's timestamp imitating the token still names its own model.
+        let spoof = uts_version_check(
+            id::UTS_VERSION,
+            "#1 SMP PREEMPT_DYNAMIC Mon Nov 30 PREEMPT_RT 2026",
+        );
+        assert!(
+            spoof.detail.starts_with("not PREEMPT_RT (PREEMPT_DYNAMIC)"),
+            "{}",
+            spoof.detail
+        );
         let genuine = check_running_kernel(
             "#1 SMP PREEMPT_RT Debian 6.1.192-3 (2026-11-26)",
             Some("CONFIG_PREEMPT_RT=y\n"),

@@ -66,7 +66,12 @@ pub enum UtsError {
     #[error(
         "UTS_VERSION names {token} again after its flags, so it reads more than one way (kbuild never writes that): {text:?}"
     )]
-    Ambiguous { token: String, text: String },
+    Ambiguous {
+        token: String,
+        text: String,
+        /// The model in the flag slot, which the rest of the string contradicts.
+        flagged: Option<PreemptModel>,
+    },
 }
 
 /// Every preemption model kbuild or a distribution has written, matched
@@ -123,6 +128,7 @@ pub fn parse_uts_version(text: &str) -> Result<UtsVersion, UtsError> {
         return Err(UtsError::Ambiguous {
             token: format!("{why} ({token:?})"),
             text: text.to_string(),
+            flagged: preempt,
         });
     }
     Ok(UtsVersion {
