@@ -78,6 +78,8 @@ impl fmt::Display for CheckId {
 /// What a gate has to go on, which decides the checks it requires.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RequiredFor {
+    /// A kernel image is at hand (its setup header and UTS_VERSION).
+    pub image: bool,
     /// The kconfig stage ran (a pipeline build; not a kernel checked on its own).
     pub kconfig: bool,
     /// The `.config` the image was built from is at hand.
@@ -92,10 +94,33 @@ impl RequiredFor {
     /// A pipeline build: kconfig stage and build config, modules and boot as given.
     pub const fn build(modules: bool, boot: bool) -> Self {
         RequiredFor {
+            image: true,
             kconfig: true,
             build_config: true,
             modules,
             boot,
+        }
+    }
+
+    /// A kernel image checked on its own (`verify-kernel`), with or without its `.config`.
+    pub const fn image(build_config: bool) -> Self {
+        RequiredFor {
+            image: true,
+            kconfig: false,
+            build_config,
+            modules: false,
+            boot: false,
+        }
+    }
+
+    /// A booted kernel only (`imgbuild boot`).
+    pub const fn boot() -> Self {
+        RequiredFor {
+            image: false,
+            kconfig: false,
+            build_config: false,
+            modules: false,
+            boot: true,
         }
     }
 }
@@ -106,7 +131,7 @@ impl RequiredFor {
 pub fn required_checks(for_: RequiredFor) -> Vec<CheckId> {
     let wanted = |id: CheckId| match id {
         CheckId::Config => for_.kconfig,
-        CheckId::Header | CheckId::UtsVersion => true,
+        CheckId::Header | CheckId::UtsVersion => for_.image,
         CheckId::Ikconfig => false,
         CheckId::BuildConfig => for_.build_config,
         CheckId::Modules => for_.modules,
@@ -460,21 +485,15 @@ mod tests {
                 BootConfig
             ]
         );
-        // `verify-kernel` on an image alone.
-        assert_eq!(required_checks(RequiredFor::default()), [Header, UtsVersion]);
-        let image_and_config = RequiredFor {
-            build_config: true,
-            ..RequiredFor::default()
-        };
+        // `verify-kernel` on an image alone, or with its .config.
+        assert_eq!(required_checks(RequiredFor::image(false)), [Header, UtsVersion]);
         assert_eq!(
-            required_checks(image_and_config),
+            required_checks(RequiredFor::image(true)),
             [Header, UtsVersion, BuildConfig]
         );
-        let boot_only = required_checks(RequiredFor {
-            boot: true,
-            ..RequiredFor::default()
-        });
-        assert!(boot_only.contains(&BootUname) && !boot_only.contains(&Ikconfig));
+        // `imgbuild boot`.
+        assert_eq!(required_checks(RequiredFor::boot()), [BootUname, BootConfig]);
+        assert!(required_checks(RequiredFor::default()).is_empty());
     }
 
     #[test]

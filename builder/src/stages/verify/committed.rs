@@ -38,9 +38,7 @@ impl CommittedKernel {
     pub fn required(&self, boot: bool) -> Vec<CheckId> {
         required_checks(RequiredFor {
             kconfig: false,
-            build_config: true,
-            modules: self.has_modules,
-            boot,
+            ..RequiredFor::build(self.has_modules, boot)
         })
     }
 }
