@@ -13,8 +13,8 @@ use imgbuild::error::{Refused, exit, exit_code};
 use imgbuild::ostree::{self as ost, CommitRequest};
 use imgbuild::recipe::Flavor;
 use imgbuild::stages::commit::{self, CommitFacts};
-use imgbuild::stages::tag::{TagRequest, required_checks, tag};
-use imgbuild::stages::verify;
+use imgbuild::stages::tag::{TagRequest, required_checks, tag, tag_with_live_iso};
+use imgbuild::stages::verify::{self, gate_commit_for_ref};
 
 const REF: &str = "emberrtos/x86_64/rt";
 
@@ -34,40 +34,97 @@ fn stdout(output: &std::process::Output) -> String {
     String::from_utf8_lossy(&output.stdout).trim().to_string()
 }
 
-/// A small tree in ostree layout.
-fn small_tree(dir: &Path, flavor_file: &str) -> PathBuf {
+const RELEASE: &str = "6.12.0";
+const RT_UTS: &str = "#1 SMP PREEMPT_RT Sun Nov 30 00:00:00 UTC 2025";
+const GENERIC_UTS: &str = "#1 SMP PREEMPT_DYNAMIC Sun Nov 30 00:00:00 UTC 2025";
+const RT_CONFIG: &str = "CONFIG_PREEMPT_RT=y\nCONFIG_IKCONFIG=y\n";
+const GENERIC_CONFIG: &str = "# CONFIG_PREEMPT_RT is not set\nCONFIG_PREEMPT_DYNAMIC=y\nCONFIG_IKCONFIG=y\n";
+
+/// A synthetic kernel: a bzImage setup header with the version string and an
+/// embedded config, its build config, and one module.
+#[derive(Clone, Copy, PartialEq)]
+enum Kernel {
+    Rt,
+    Generic,
+}
+
+impl Kernel {
+    fn uts(self) -> &'static str {
+        match self {
+            Kernel::Rt => RT_UTS,
+            Kernel::Generic => GENERIC_UTS,
+        }
+    }
+
+    fn config(self) -> &'static str {
+        match self {
+            Kernel::Rt => RT_CONFIG,
+            Kernel::Generic => GENERIC_CONFIG,
+        }
+    }
+
+    fn image(self) -> Vec<u8> {
+        let version = format!("{RELEASE} (ci@imgbuild) {}", self.uts());
+        rtcheck::bzimage::synthetic::kernel(&version, Some(self.config()))
+    }
+
+    fn module(self) -> Vec<u8> {
+        let flags = if self == Kernel::Rt { " preempt_rt" } else { "" };
+        rtcheck::vermagic::synthetic::module(format!("vermagic={RELEASE} SMP{flags} mod_unload\0").as_bytes())
+    }
+
+    /// Writes `usr/lib/modules/<release>/{vmlinuz,config,kernel/dummy.ko}` under `tree`.
+    fn install(self, tree: &Path) {
+        let dir = tree.join("usr/lib/modules").join(RELEASE);
+        std::fs::create_dir_all(dir.join("kernel")).unwrap();
+        std::fs::write(dir.join("vmlinuz"), self.image()).unwrap();
+        std::fs::write(dir.join("config"), self.config()).unwrap();
+        std::fs::write(dir.join("kernel/dummy.ko"), self.module()).unwrap();
+    }
+
+    /// The verify stage's evidence on this kernel, as the pipeline records it.
+    fn evidence(self) -> rtcheck::Evidence {
+        let dir = tempfile::tempdir().unwrap();
+        self.install(dir.path());
+        let kernel = dir.path().join("usr/lib/modules").join(RELEASE);
+        let mut evidence = verify::check_artifacts(
+            &kernel.join("vmlinuz"),
+            Some(&kernel.join("config")),
+            Some(&kernel),
+        )
+        .unwrap();
+        evidence.checks.insert(0, verify::config_check(42, true));
+        evidence
+    }
+}
+
+/// A small tree in ostree layout, carrying `kernel`.
+fn small_tree(dir: &Path, flavor_file: &str, kernel: Kernel) -> PathBuf {
     let tree = dir.join("tree");
-    for d in [
-        "usr/etc/emberrtos",
-        "usr/lib/modules/6.12.0",
-        "usr/bin",
-        "var",
-        "sysroot",
-        "tmp",
-    ] {
+    for d in ["usr/etc/emberrtos", "usr/bin", "var", "sysroot", "tmp"] {
         std::fs::create_dir_all(tree.join(d)).unwrap();
     }
     std::fs::write(tree.join("usr/etc/emberrtos/kernel-flavor"), flavor_file).unwrap();
-    std::fs::write(tree.join("usr/lib/modules/6.12.0/vmlinuz"), b"kernel").unwrap();
+    kernel.install(&tree);
     std::fs::write(tree.join("usr/bin/tool"), b"#!/bin/sh\n").unwrap();
     std::os::unix::fs::symlink("usr/bin", tree.join("bin")).unwrap();
     tree
 }
 
 fn rt_evidence() -> rtcheck::Evidence {
-    let rt = common::debian_kernel("rt");
-    let mut evidence =
-        verify::check_artifacts(&rt.join("vmlinuz"), Some(&rt.join("config")), Some(&rt)).unwrap();
-    evidence.checks.insert(0, verify::config_check(42, true));
-    evidence
+    Kernel::Rt.evidence()
 }
 
 fn cloud_evidence() -> rtcheck::Evidence {
-    let cloud = common::debian_kernel("cloud");
-    let mut evidence =
-        verify::check_artifacts(&cloud.join("vmlinuz"), Some(&cloud.join("config")), Some(&cloud)).unwrap();
-    evidence.checks.insert(0, verify::config_check(42, true));
-    evidence
+    Kernel::Generic.evidence()
+}
+
+/// Boot evidence as the boot stage records it for `kernel` booted from `iso`.
+fn boot_evidence(kernel: Kernel, iso: &str) -> rtcheck::Evidence {
+    let mut boot = rtcheck::evidence::check_running_kernel(kernel.uts(), Some(kernel.config()));
+    boot.release = Some(RELEASE.into());
+    boot.medium_sha256 = Some(iso.into());
+    boot
 }
 
 fn metadata(flavor: Flavor, evidence: &rtcheck::Evidence) -> ost::Metadata {
@@ -75,7 +132,7 @@ fn metadata(flavor: Flavor, evidence: &rtcheck::Evidence) -> ost::Metadata {
         name: "emberrtos",
         version: "2026.11.1",
         flavor,
-        kernel_release: "6.12.0",
+        kernel_release: RELEASE,
         kernel_config_sha256: "ab".repeat(32).as_str(),
         kargs: &[
             "nohz_full=1-3".to_string(),
@@ -94,7 +151,7 @@ fn commit_tree(repo: &Path, tree: &Path, meta: &ost::Metadata) -> commit::Commit
 #[test]
 fn metadata_reads_back_with_the_ostree_cli() {
     let dir = tempfile::tempdir().unwrap();
-    let tree = small_tree(dir.path(), "rt\n");
+    let tree = small_tree(dir.path(), "rt\n", Kernel::Rt);
     let repo = dir.path().join("repo");
     let out = commit_tree(&repo, &tree, &metadata(Flavor::Rt, &rt_evidence()));
     let repo_arg = format!("--repo={}", repo.display());
@@ -138,7 +195,7 @@ fn metadata_reads_back_with_the_ostree_cli() {
 #[test]
 fn same_inputs_give_the_same_commit_checksum() {
     let dir = tempfile::tempdir().unwrap();
-    let tree = small_tree(dir.path(), "rt\n");
+    let tree = small_tree(dir.path(), "rt\n", Kernel::Rt);
     let meta = metadata(Flavor::Rt, &rt_evidence());
     let first = commit_tree(&dir.path().join("repo-a"), &tree, &meta);
     let second = commit_tree(&dir.path().join("repo-b"), &tree, &meta);
@@ -164,7 +221,7 @@ fn same_inputs_give_the_same_commit_checksum() {
 #[test]
 fn aborted_transaction_leaves_ref_and_repo_intact() {
     let dir = tempfile::tempdir().unwrap();
-    let tree = small_tree(dir.path(), "rt\n");
+    let tree = small_tree(dir.path(), "rt\n", Kernel::Rt);
     let repo_path = dir.path().join("repo");
     let meta = metadata(Flavor::Rt, &rt_evidence());
     let good = commit_tree(&repo_path, &tree, &meta);
@@ -228,7 +285,7 @@ fn tag_request<'a>(
 #[test]
 fn gate_refuses_a_failed_check_and_moves_no_ref() {
     let dir = tempfile::tempdir().unwrap();
-    let tree = small_tree(dir.path(), "rt\n");
+    let tree = small_tree(dir.path(), "rt\n", Kernel::Rt);
     let repo = dir.path().join("repo");
     let mut evidence = rt_evidence();
     evidence.record(rtcheck::Check::fail("config", "DROPPED CONFIG_PREEMPT_RT"));
@@ -247,10 +304,16 @@ fn gate_refuses_a_failed_check_and_moves_no_ref() {
     assert_eq!(ost::resolve(&ost::open(&repo).unwrap(), REF).unwrap(), None);
 }
 
+const STANDARD_REF: &str = "emberrtos/x86_64/standard";
+
+fn ref_of(repo: &Path, ref_name: &str) -> Option<String> {
+    ost::resolve(&ost::open(repo).unwrap(), ref_name).unwrap()
+}
+
 #[test]
 fn gate_refuses_a_generic_kernel_and_tags_the_standard_flavor() {
     let dir = tempfile::tempdir().unwrap();
-    let tree = small_tree(dir.path(), "rt\n");
+    let tree = small_tree(dir.path(), "rt\n", Kernel::Generic);
     let repo = dir.path().join("repo");
     let required = required_checks(true, false);
 
@@ -264,33 +327,219 @@ fn gate_refuses_a_generic_kernel_and_tags_the_standard_flavor() {
     .unwrap_err();
     assert_eq!(exit_code(&err), exit::REFUSED);
     assert!(format!("{err}").contains("artifact.uts-version"), "{err}");
-    assert_eq!(ost::resolve(&ost::open(&repo).unwrap(), REF).unwrap(), None);
+    assert_eq!(ref_of(&repo, REF), None);
 
     let standard = commit_tree(&repo, &tree, &metadata(Flavor::Standard, &cloud_evidence()));
-    let out = tag(&tag_request(
+    let mut request = tag_request(&repo, &standard.checksum, Flavor::Standard, &required);
+    request.ref_name = STANDARD_REF;
+    let out = tag(&request).unwrap();
+    assert_eq!(
+        ref_of(&repo, STANDARD_REF).as_deref(),
+        Some(standard.checksum.as_str())
+    );
+    assert!(!out.signed);
+    assert!(repo.join("summary").is_file());
+    // The same standard commit on an `…/rt` ref: the ref's name makes it rt.
+    let err = tag(&tag_request(
         &repo,
         &standard.checksum,
         Flavor::Standard,
         &required,
     ))
-    .unwrap();
-    assert_eq!(
-        ost::resolve(&ost::open(&repo).unwrap(), REF).unwrap().as_deref(),
-        Some(standard.checksum.as_str())
-    );
-    assert!(!out.signed);
-    assert!(repo.join("summary").is_file());
+    .unwrap_err();
+    assert_eq!(exit_code(&err), exit::REFUSED, "{err:#}");
+    assert_eq!(ref_of(&repo, REF), None);
 
-    // An RT commit with complete evidence, and the boot checks passed, is tagged too.
-    let rt = commit_tree(&repo, &tree, &metadata(Flavor::Rt, &rt_evidence()));
-    let boot = rtcheck::evidence::check_running_kernel("#1 SMP PREEMPT_RT x", Some("CONFIG_PREEMPT_RT=y\n"));
+    // An RT kernel with complete evidence, and the boot checks passed on it, is tagged.
+    let rt_dir = tempfile::tempdir().unwrap();
+    let rt_tree = small_tree(rt_dir.path(), "rt\n", Kernel::Rt);
+    let rt = commit_tree(&repo, &rt_tree, &metadata(Flavor::Rt, &rt_evidence()));
+    let iso = "1".repeat(64);
+    let boot = boot_evidence(Kernel::Rt, &iso);
     let with_boot = required_checks(true, true);
     let mut request = tag_request(&repo, &rt.checksum, Flavor::Rt, &with_boot);
     request.boot_evidence = Some(&boot);
-    tag(&request).unwrap();
+    tag_with_live_iso(&request, Some(&iso)).unwrap();
     let info = ost::read_commit(&ost::open(&repo).unwrap(), REF).unwrap();
     assert_eq!(info.checksum, rt.checksum);
     assert_eq!(info.detached_metadata["imgbuild.rt.boot.uname"], "pass");
+    assert_eq!(
+        info.detached_metadata["imgbuild.rt.boot.iso-sha256"],
+        iso.as_str()
+    );
+    // What publish asks: the tagged commit passes the ref's gate.
+    gate_commit_for_ref(&ost::open(&repo).unwrap(), REF, &rt.checksum).unwrap();
+}
+
+/// Regression: a rewritten `verify/stamp.json` put passing evidence on a
+/// PREEMPT_DYNAMIC kernel into an rt commit, and tag believed it.
+#[test]
+fn tag_reads_the_kernel_in_the_commit_not_the_claimed_evidence() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = small_tree(dir.path(), "rt\n", Kernel::Generic);
+    let repo = dir.path().join("repo");
+    let claimed = rt_evidence();
+    assert!(claimed.all_passed(&required_checks(true, false)));
+    let out = commit_tree(&repo, &tree, &metadata(Flavor::Rt, &claimed));
+    let required = required_checks(true, false);
+    let err = tag(&tag_request(&repo, &out.checksum, Flavor::Rt, &required)).unwrap_err();
+    assert_eq!(exit_code(&err), exit::REFUSED);
+    let refused = err.downcast_ref::<Refused>().unwrap();
+    let text = refused.to_string();
+    assert!(
+        text.contains("artifact.uts-version: not PREEMPT_RT (PREEMPT_DYNAMIC)"),
+        "{text}"
+    );
+    assert!(text.contains("artifact.build-config"), "{text}");
+    assert!(text.contains("artifact.modules"), "{text}");
+    assert_eq!(ref_of(&repo, REF), None);
+    let info = ost::read_commit(&ost::open(&repo).unwrap(), &out.checksum).unwrap();
+    assert!(info.detached_metadata.is_empty());
+}
+
+#[test]
+fn tag_refuses_boot_evidence_from_another_kernel_or_iso() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = small_tree(dir.path(), "rt\n", Kernel::Rt);
+    let repo = dir.path().join("repo");
+    let out = commit_tree(&repo, &tree, &metadata(Flavor::Rt, &rt_evidence()));
+    let iso = "2".repeat(64);
+    let required = required_checks(true, true);
+    let refused_with = |boot: &rtcheck::Evidence, expected_iso: &str, needle: &str| {
+        let mut request = tag_request(&repo, &out.checksum, Flavor::Rt, &required);
+        request.boot_evidence = Some(boot);
+        let err = tag_with_live_iso(&request, Some(expected_iso)).unwrap_err();
+        assert_eq!(exit_code(&err), exit::REFUSED, "{err:#}");
+        assert!(format!("{err:#}").contains(needle), "{err:#}");
+        assert_eq!(ref_of(&repo, REF), None);
+    };
+    // A passing boot of some other RT build.
+    let mut other_build = boot_evidence(Kernel::Rt, &iso);
+    other_build.uts_version = Some("#2 SMP PREEMPT_RT Mon Dec  1 00:00:00 UTC 2025".into());
+    refused_with(&other_build, &iso, "the committed vmlinuz is");
+    let mut other_release = boot_evidence(Kernel::Rt, &iso);
+    other_release.release = Some("6.12.9".into());
+    refused_with(&other_release, &iso, "the commit carries 6.12.0");
+    // The right kernel, booted from another ISO.
+    refused_with(
+        &boot_evidence(Kernel::Rt, &iso),
+        &"3".repeat(64),
+        "live ISO of this build",
+    );
+    let mut unnamed = boot_evidence(Kernel::Rt, &iso);
+    unnamed.medium_sha256 = None;
+    refused_with(&unnamed, &iso, "does not name the live ISO");
+}
+
+/// A commit written straight into the repo (not by the pipeline): metadata
+/// and detached metadata say whatever its author wants.
+fn handmade_commit(
+    repo: &Path,
+    tree: &Path,
+    flavor: &str,
+    evidence: &rtcheck::Evidence,
+    boot: Option<&rtcheck::Evidence>,
+) -> String {
+    let mut meta = metadata(Flavor::Rt, evidence);
+    meta.insert("imgbuild.flavor".into(), ost::MetaValue::Str(flavor.into()));
+    let repository = ost::open_or_create(repo).unwrap();
+    let out = ost::commit_tree(
+        &repository,
+        CommitRequest {
+            tree,
+            subject: "handmade",
+            metadata: &meta,
+            timestamp: 1,
+            parent: None,
+            force_root_owner: true,
+            cancellable: None,
+            on_entry: None,
+        },
+    )
+    .unwrap();
+    if let Some(boot) = boot {
+        let mut detached = ost::Metadata::new();
+        detached.insert(
+            commit::BOOT_EVIDENCE.into(),
+            ost::MetaValue::Str(serde_json::to_string(boot).unwrap()),
+        );
+        ost::add_detached_metadata(&repository, &out.checksum, &detached).unwrap();
+    }
+    ost::set_ref(&repository, REF, &out.checksum).unwrap();
+    out.checksum
+}
+
+fn gate_refuses(repo: &Path, ref_name: &str, checksum: &str, needle: &str) {
+    let err = gate_commit_for_ref(&ost::open(repo).unwrap(), ref_name, checksum).unwrap_err();
+    assert_eq!(exit_code(&err), exit::REFUSED, "{err:#}");
+    assert!(format!("{err:#}").contains(needle), "{needle} in {err:#}");
+}
+
+#[test]
+fn publish_gate_refuses_handmade_commits_on_an_rt_ref() {
+    let dir = tempfile::tempdir().unwrap();
+    let generic = small_tree(&dir.path().join("generic"), "rt\n", Kernel::Generic);
+    let repo = dir.path().join("repo");
+    let iso = "4".repeat(64);
+    // Made-up passing evidence, boot evidence included, on a generic kernel.
+    let mut forged_boot = boot_evidence(Kernel::Rt, &iso);
+    forged_boot.uts_version = Some(GENERIC_UTS.into());
+    let forged = handmade_commit(&repo, &generic, "rt", &rt_evidence(), Some(&forged_boot));
+    gate_refuses(&repo, REF, &forged, "artifact.uts-version: not PREEMPT_RT");
+    // `flavor=standard` on an `…/rt` ref: the ref's name decides, not the commit.
+    let standard = handmade_commit(&repo, &generic, "standard", &cloud_evidence(), None);
+    gate_refuses(&repo, REF, &standard, "the ref's policy flavor is rt");
+    // Even with an RT kernel inside, a commit claiming `standard` is not served as rt.
+    let rt_tree = small_tree(&dir.path().join("rt"), "rt\n", Kernel::Rt);
+    let boot = boot_evidence(Kernel::Rt, &iso);
+    let mislabelled = handmade_commit(&repo, &rt_tree, "standard", &rt_evidence(), Some(&boot));
+    gate_refuses(&repo, REF, &mislabelled, "imgbuild.flavor");
+    // An RT kernel without boot evidence is not proven either.
+    let unbooted = handmade_commit(&repo, &rt_tree, "rt", &rt_evidence(), None);
+    gate_refuses(&repo, REF, &unbooted, "boot.uname: check did not run");
+    // With the boot evidence of that very kernel, it passes; on a standard ref anything does.
+    let good = handmade_commit(&repo, &rt_tree, "rt", &rt_evidence(), Some(&boot));
+    gate_commit_for_ref(&ost::open(&repo).unwrap(), REF, &good).unwrap();
+    gate_commit_for_ref(&ost::open(&repo).unwrap(), STANDARD_REF, &forged).unwrap();
+}
+
+#[test]
+fn publish_gate_refuses_kernels_it_cannot_read_unambiguously() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    let boot = boot_evidence(Kernel::Rt, &"5".repeat(64));
+
+    // vmlinuz as a symlink (to a file outside the commit on the build host).
+    let linked = small_tree(&dir.path().join("linked"), "rt\n", Kernel::Rt);
+    let vmlinuz = linked.join("usr/lib/modules").join(RELEASE).join("vmlinuz");
+    std::fs::remove_file(&vmlinuz).unwrap();
+    std::os::unix::fs::symlink("/boot/vmlinuz", &vmlinuz).unwrap();
+    let checksum = handmade_commit(&repo, &linked, "rt", &rt_evidence(), Some(&boot));
+    gate_refuses(&repo, REF, &checksum, "not a regular file");
+
+    // A second kernel beside the RT one.
+    let two = small_tree(&dir.path().join("two"), "rt\n", Kernel::Rt);
+    let second = two.join("usr/lib/modules/6.1.0-generic");
+    std::fs::create_dir_all(&second).unwrap();
+    std::fs::write(second.join("vmlinuz"), Kernel::Generic.image()).unwrap();
+    let checksum = handmade_commit(&repo, &two, "rt", &rt_evidence(), Some(&boot));
+    gate_refuses(&repo, REF, &checksum, "carries 2 kernels");
+
+    // No kernel at all.
+    let empty = dir.path().join("empty");
+    std::fs::create_dir_all(empty.join("usr/bin")).unwrap();
+    let checksum = handmade_commit(&repo, &empty, "rt", &rt_evidence(), Some(&boot));
+    gate_refuses(&repo, REF, &checksum, "no /usr/lib/modules");
+
+    // A vmlinuz whose release disagrees with its directory.
+    let moved = small_tree(&dir.path().join("moved"), "rt\n", Kernel::Rt);
+    std::fs::rename(
+        moved.join("usr/lib/modules").join(RELEASE),
+        moved.join("usr/lib/modules/6.12.0-other"),
+    )
+    .unwrap();
+    let checksum = handmade_commit(&repo, &moved, "rt", &rt_evidence(), Some(&boot));
+    gate_refuses(&repo, REF, &checksum, "lies in /usr/lib/modules/6.12.0-other");
 }
 
 fn client_pull(dir: &Path, name: &str, server_repo: &Path, key: &Path) -> std::process::Output {
@@ -311,7 +560,7 @@ fn client_pull(dir: &Path, name: &str, server_repo: &Path, key: &Path) -> std::p
 #[test]
 fn gpg_signed_commit_verifies_with_its_key_only() {
     let dir = tempfile::tempdir().unwrap();
-    let tree = small_tree(dir.path(), "rt\n");
+    let tree = small_tree(dir.path(), "rt\n", Kernel::Rt);
     let repo = dir.path().join("repo");
     let signer = GpgKey::generate("signer");
     let stranger = GpgKey::generate("stranger");
@@ -355,7 +604,7 @@ fn gpg_signed_commit_verifies_with_its_key_only() {
 #[test]
 fn boot_check_of_a_generic_kernel_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let tree = small_tree(dir.path(), "rt\n");
+    let tree = small_tree(dir.path(), "rt\n", Kernel::Rt);
     let repo = dir.path().join("repo");
     let out = commit_tree(&repo, &tree, &metadata(Flavor::Rt, &rt_evidence()));
     // What the console shows when Debian's generic kernel boots the live ISO.

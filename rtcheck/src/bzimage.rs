@@ -54,6 +54,10 @@ pub enum BzImageError {
     NotUtf8,
     #[error("version string is not `<release> (<builder>) <version>`: {0:?}")]
     MalformedVersion(String),
+    #[error(
+        "version string reads more than one way (`) #` occurs {count} times, so the builder may hide a second UTS_VERSION): {raw:?}"
+    )]
+    AmbiguousVersion { count: usize, raw: String },
 }
 
 fn u16_at(data: &[u8], offset: usize) -> u16 {
@@ -134,10 +138,18 @@ pub fn read_setup_header(image: &[u8]) -> Result<SetupHeader, BzImageError> {
 
 /// Splits `6.12.1 (user@host) #1 SMP PREEMPT_RT date` into its parts. The builder
 /// is matched with balanced parentheses because Debian's contains none but a
-/// hostname may.
+/// hostname may. A builder that could end at more than one `) #` (a crafted
+/// host such as `h) #1 SMP PREEMPT_RT (x`) makes the string ambiguous: refused.
 pub fn parse_version_string(raw: &str) -> Result<KernelVersion, BzImageError> {
     let malformed = || BzImageError::MalformedVersion(raw.to_string());
     let (release, rest) = raw.split_once(" (").ok_or_else(malformed)?;
+    let count = rest.matches(") #").count();
+    if count > 1 {
+        return Err(BzImageError::AmbiguousVersion {
+            count,
+            raw: raw.to_string(),
+        });
+    }
     let mut depth = 1usize;
     let mut close = None;
     for (i, c) in rest.char_indices() {
@@ -167,12 +179,16 @@ pub fn parse_version_string(raw: &str) -> Result<KernelVersion, BzImageError> {
     })
 }
 
-#[cfg(test)]
-pub(crate) mod tests {
+/// Minimal bzImages for tests, here and in the crates that gate on them: a
+/// setup header, a version string and, optionally, a gzip payload with an
+/// embedded config. No real kernel is needed to exercise a gate.
+pub mod synthetic {
+    use std::io::Write;
+
     use super::*;
 
-    /// Builds a minimal image whose setup header points at `version`.
-    pub(crate) fn synthetic_image(version: &str, setup_sects: u8) -> Vec<u8> {
+    /// An image whose setup header points at `version`, with no payload.
+    pub fn image(version: &str, setup_sects: u8) -> Vec<u8> {
         let setup_size = (setup_sects as usize + 1) * SECTOR;
         let mut image = vec![0u8; setup_size + 1024];
         image[SETUP_SECTS] = setup_sects;
@@ -186,9 +202,9 @@ pub(crate) mod tests {
         image
     }
 
-    /// Like [`synthetic_image`] with `payload` as the compressed kernel.
-    pub(crate) fn synthetic_image_with_payload(version: &str, payload: &[u8]) -> Vec<u8> {
-        let mut image = synthetic_image(version, 30);
+    /// Like [`image`] with `payload` as the compressed kernel.
+    pub fn image_with_payload(version: &str, payload: &[u8]) -> Vec<u8> {
+        let mut image = image(version, 30);
         let setup_size = 31 * SECTOR;
         image.truncate(setup_size + 16);
         image[PAYLOAD_OFFSET..PAYLOAD_OFFSET + 4].copy_from_slice(&16u32.to_le_bytes());
@@ -196,6 +212,30 @@ pub(crate) mod tests {
         image.extend_from_slice(payload);
         image
     }
+
+    pub fn gzip(data: &[u8]) -> Vec<u8> {
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        encoder.write_all(data).expect("writing to a Vec");
+        encoder.finish().expect("writing to a Vec")
+    }
+
+    /// A kernel image with a gzip payload that embeds `config` as IKCONFIG
+    /// (or embeds none).
+    pub fn kernel(version: &str, config: Option<&str>) -> Vec<u8> {
+        let mut vmlinux = b"\x7fELF...".to_vec();
+        if let Some(config) = config {
+            vmlinux.extend_from_slice(b"IKCFG_ST");
+            vmlinux.extend(gzip(config.as_bytes()));
+            vmlinux.extend_from_slice(b"IKCFG_ED");
+        }
+        image_with_payload(version, &gzip(&vmlinux))
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::synthetic::image as synthetic_image;
+    use super::*;
 
     #[test]
     fn reads_a_synthetic_header() {
@@ -278,6 +318,29 @@ pub(crate) mod tests {
             read_setup_header(&image),
             Err(BzImageError::ProtocolTooOld { .. })
         ));
+    }
+
+    #[test]
+    fn refuses_a_version_string_that_reads_two_ways() {
+        // A crafted build host `k@h) #1 SMP PREEMPT_RT (x` on a PREEMPT_DYNAMIC kernel.
+        let spoof = "6.1.0-57-cloud-amd64 (k@h) #1 SMP PREEMPT_RT (x) #1 SMP PREEMPT_DYNAMIC Debian 6.1.192-3 (2026-11-26)";
+        assert!(matches!(
+            parse_version_string(spoof),
+            Err(BzImageError::AmbiguousVersion { count: 2, .. })
+        ));
+        let image = synthetic_image(spoof, 30);
+        assert!(matches!(
+            read_setup_header(&image),
+            Err(BzImageError::AmbiguousVersion { .. })
+        ));
+        let genuine = parse_version_string(
+            "6.1.0-41-rt-amd64 (debian-kernel@lists.debian.org) #1 SMP PREEMPT_RT Debian 6.1.192-3 (2026-11-26)",
+        )
+        .unwrap();
+        assert_eq!(
+            genuine.uts_version,
+            "#1 SMP PREEMPT_RT Debian 6.1.192-3 (2026-11-26)"
+        );
     }
 
     #[test]

@@ -6,19 +6,151 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::kconfig::Config;
-use crate::uts::{PreemptModel, parse_uts_version};
+use crate::uts::{PreemptModel, UtsError, parse_uts_version};
 use crate::vermagic::Vermagic;
 
-/// Stable identifiers of the checks; they name the `imgbuild.rt.*` commit metadata keys.
+/// The PREEMPT_RT checks. Their text form names the `imgbuild.rt.*` commit
+/// metadata keys, so it never changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum CheckId {
+    /// The kconfig stage: every requested symbol holds and `CONFIG_PREEMPT_RT=y`.
+    #[serde(rename = "config")]
+    Config,
+    #[serde(rename = "artifact.header")]
+    Header,
+    #[serde(rename = "artifact.uts-version")]
+    UtsVersion,
+    #[serde(rename = "artifact.ikconfig")]
+    Ikconfig,
+    #[serde(rename = "artifact.build-config")]
+    BuildConfig,
+    #[serde(rename = "artifact.modules")]
+    Modules,
+    #[serde(rename = "boot.uname")]
+    BootUname,
+    #[serde(rename = "boot.config")]
+    BootConfig,
+}
+
+impl CheckId {
+    pub const ALL: [CheckId; 8] = [
+        CheckId::Config,
+        CheckId::Header,
+        CheckId::UtsVersion,
+        CheckId::Ikconfig,
+        CheckId::BuildConfig,
+        CheckId::Modules,
+        CheckId::BootUname,
+        CheckId::BootConfig,
+    ];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            CheckId::Config => "config",
+            CheckId::Header => "artifact.header",
+            CheckId::UtsVersion => "artifact.uts-version",
+            CheckId::Ikconfig => "artifact.ikconfig",
+            CheckId::BuildConfig => "artifact.build-config",
+            CheckId::Modules => "artifact.modules",
+            CheckId::BootUname => "boot.uname",
+            CheckId::BootConfig => "boot.config",
+        }
+    }
+
+    /// Checks taken on a running kernel rather than on the artifact.
+    pub const fn is_boot(self) -> bool {
+        matches!(self, CheckId::BootUname | CheckId::BootConfig)
+    }
+}
+
+impl AsRef<str> for CheckId {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl fmt::Display for CheckId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a gate has to go on, which decides the checks it requires.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RequiredFor {
+    /// A kernel image is at hand (its setup header and UTS_VERSION).
+    pub image: bool,
+    /// The kconfig stage ran (a pipeline build; not a kernel checked on its own).
+    pub kconfig: bool,
+    /// The `.config` the image was built from is at hand.
+    pub build_config: bool,
+    /// The kernel comes with modules.
+    pub modules: bool,
+    /// The kernel was booted.
+    pub boot: bool,
+}
+
+impl RequiredFor {
+    /// A pipeline build: kconfig stage and build config, modules and boot as given.
+    pub const fn build(modules: bool, boot: bool) -> Self {
+        RequiredFor {
+            image: true,
+            kconfig: true,
+            build_config: true,
+            modules,
+            boot,
+        }
+    }
+
+    /// A kernel image checked on its own (`verify-kernel`), with or without its `.config`.
+    pub const fn image(build_config: bool) -> Self {
+        RequiredFor {
+            image: true,
+            kconfig: false,
+            build_config,
+            modules: false,
+            boot: false,
+        }
+    }
+
+    /// A booted kernel only (`imgbuild boot`).
+    pub const fn boot() -> Self {
+        RequiredFor {
+            image: false,
+            kconfig: false,
+            build_config: false,
+            modules: false,
+            boot: true,
+        }
+    }
+}
+
+/// The one list of checks a PREEMPT_RT gate requires to have passed.
+/// (`artifact.ikconfig` is never required, since a kernel may be built without
+/// it, but it must not fail.)
+pub fn required_checks(for_: RequiredFor) -> Vec<CheckId> {
+    let wanted = |id: CheckId| match id {
+        CheckId::Config => for_.kconfig,
+        CheckId::Header | CheckId::UtsVersion => for_.image,
+        CheckId::Ikconfig => false,
+        CheckId::BuildConfig => for_.build_config,
+        CheckId::Modules => for_.modules,
+        CheckId::BootUname | CheckId::BootConfig => for_.boot,
+    };
+    CheckId::ALL.into_iter().filter(|id| wanted(*id)).collect()
+}
+
+/// Stable identifiers of the checks as text (the [`CheckId`] names).
 pub mod id {
-    pub const CONFIG: &str = "config";
-    pub const HEADER: &str = "artifact.header";
-    pub const UTS_VERSION: &str = "artifact.uts-version";
-    pub const IKCONFIG: &str = "artifact.ikconfig";
-    pub const BUILD_CONFIG: &str = "artifact.build-config";
-    pub const MODULES: &str = "artifact.modules";
-    pub const BOOT_UNAME: &str = "boot.uname";
-    pub const BOOT_CONFIG: &str = "boot.config";
+    use super::CheckId;
+    pub const CONFIG: &str = CheckId::Config.as_str();
+    pub const HEADER: &str = CheckId::Header.as_str();
+    pub const UTS_VERSION: &str = CheckId::UtsVersion.as_str();
+    pub const IKCONFIG: &str = CheckId::Ikconfig.as_str();
+    pub const BUILD_CONFIG: &str = CheckId::BuildConfig.as_str();
+    pub const MODULES: &str = CheckId::Modules.as_str();
+    pub const BOOT_UNAME: &str = CheckId::BootUname.as_str();
+    pub const BOOT_CONFIG: &str = CheckId::BootConfig.as_str();
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -79,6 +211,10 @@ pub struct Evidence {
     pub release: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub uts_version: Option<String>,
+    /// For evidence taken on a booted kernel: the sha256 of the medium (the
+    /// live ISO) it booted from, so a gate can tell which build it belongs to.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub medium_sha256: Option<String>,
     pub checks: Vec<Check>,
 }
 
@@ -92,11 +228,11 @@ impl Evidence {
     }
 
     /// True when nothing failed and every check in `required` passed.
-    pub fn all_passed(&self, required: &[&str]) -> bool {
+    pub fn all_passed<I: AsRef<str>>(&self, required: &[I]) -> bool {
         self.failures().next().is_none()
             && required
                 .iter()
-                .all(|id| self.get(id).is_some_and(|c| c.status == Status::Pass))
+                .all(|id| self.get(id.as_ref()).is_some_and(|c| c.status == Status::Pass))
     }
 
     /// Adds or replaces checks by id, keeping the order of first appearance.
@@ -110,6 +246,7 @@ impl Evidence {
     pub fn extend(&mut self, other: Evidence) {
         self.release = self.release.take().or(other.release);
         self.uts_version = self.uts_version.take().or(other.uts_version);
+        self.medium_sha256 = self.medium_sha256.take().or(other.medium_sha256);
         for check in other.checks {
             self.record(check);
         }
@@ -126,7 +263,13 @@ pub fn uts_version_check(id: &str, uts_version: &str) -> Check {
                 .map_or("no preemption flag".to_string(), |m: PreemptModel| m.to_string());
             Check::fail(id, format!("not PREEMPT_RT ({model}) in {uts_version:?}"))
         }
-        Err(e) => Check::fail(id, e.to_string()),
+        // Name the model the flag slot claims when it is not RT anyway.
+        Err(
+            e @ UtsError::Ambiguous {
+                flagged: Some(model), ..
+            },
+        ) if model != PreemptModel::Rt => Check::fail(id, format!("not PREEMPT_RT ({model}); {e}")),
+        Err(e) => Check::fail(id, format!("not proven PREEMPT_RT: {e}")),
     }
 }
 
@@ -313,6 +456,82 @@ mod tests {
     }
 
     #[test]
+    fn check_ids_keep_their_metadata_names() {
+        for id in CheckId::ALL {
+            let json = serde_json::to_string(&id).unwrap();
+            assert_eq!(json, format!("\"{}\"", id.as_str()));
+            assert_eq!(serde_json::from_str::<CheckId>(&json).unwrap(), id);
+        }
+        assert_eq!(id::UTS_VERSION, "artifact.uts-version");
+        assert_eq!(id::BOOT_CONFIG, "boot.config");
+    }
+
+    #[test]
+    fn one_list_of_required_checks() {
+        use CheckId::*;
+        assert_eq!(
+            required_checks(RequiredFor::build(false, false)),
+            [Config, Header, UtsVersion, BuildConfig]
+        );
+        assert_eq!(
+            required_checks(RequiredFor::build(true, true)),
+            [
+                Config,
+                Header,
+                UtsVersion,
+                BuildConfig,
+                Modules,
+                BootUname,
+                BootConfig
+            ]
+        );
+        // `verify-kernel` on an image alone, or with its .config.
+        assert_eq!(required_checks(RequiredFor::image(false)), [Header, UtsVersion]);
+        assert_eq!(
+            required_checks(RequiredFor::image(true)),
+            [Header, UtsVersion, BuildConfig]
+        );
+        // `imgbuild boot`.
+        assert_eq!(required_checks(RequiredFor::boot()), [BootUname, BootConfig]);
+        assert!(required_checks(RequiredFor::default()).is_empty());
+    }
+
+    #[test]
+    fn spoofed_version_strings_fail_the_checks() {
+        for spoof in [
+            "#1 SMP PREEMPT_RT x SMP PREEMPT_DYNAMIC Thu Nov 27 2026",
+            "#1 SMP PREEMPT_RT (x) #1 SMP PREEMPT_DYNAMIC Debian 6.1.192-3 (2026-11-26)",
+        ] {
+            let booted = check_running_kernel(spoof, None);
+            assert_eq!(
+                booted.get(id::BOOT_UNAME).unwrap().status,
+                Status::Fail,
+                "{spoof}"
+            );
+            assert_eq!(
+                uts_version_check(id::UTS_VERSION, spoof).status,
+                Status::Fail,
+                "{spoof}"
+            );
+        }
+        // A generic kernel's timestamp imitating the token still names its own model.
+        let spoof = uts_version_check(
+            id::UTS_VERSION,
+            "#1 SMP PREEMPT_DYNAMIC Mon Nov 30 PREEMPT_RT 2026",
+        );
+        assert!(
+            spoof.detail.starts_with("not PREEMPT_RT (PREEMPT_DYNAMIC)"),
+            "{}",
+            spoof.detail
+        );
+        let genuine = check_running_kernel(
+            "#1 SMP PREEMPT_RT Debian 6.1.192-3 (2026-11-26)",
+            Some("CONFIG_PREEMPT_RT=y\n"),
+        );
+        assert!(genuine.all_passed(&[CheckId::BootUname, CheckId::BootConfig]));
+    }
+
+    #[test]
     fn all_passed_needs_required_checks_present() {
         let mut e = Evidence::default();
         e.record(Check::pass(id::CONFIG, "ok"));
@@ -322,7 +541,7 @@ mod tests {
         assert!(!e.all_passed(&[id::BOOT_UNAME]));
         e.record(Check::fail(id::CONFIG, "dropped"));
         assert_eq!(e.checks.len(), 2);
-        assert!(!e.all_passed(&[]));
+        assert!(!e.all_passed::<CheckId>(&[]));
     }
 
     #[test]
@@ -353,26 +572,19 @@ mod tests {
     }
 
     #[cfg(feature = "image")]
-    fn gzip(data: &[u8]) -> Vec<u8> {
-        use std::io::Write;
-        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        enc.write_all(data).unwrap();
-        enc.finish().unwrap()
-    }
+    use crate::bzimage::synthetic::gzip;
 
     #[cfg(feature = "image")]
     fn image_with_ikconfig(version: &str, config: &str) -> Vec<u8> {
-        let mut vmlinux = b"\x7fELF...".to_vec();
-        vmlinux.extend_from_slice(b"IKCFG_ST");
-        vmlinux.extend(gzip(config.as_bytes()));
-        vmlinux.extend_from_slice(b"IKCFG_ED");
-        crate::bzimage::tests::synthetic_image_with_payload(version, &gzip(&vmlinux))
+        crate::bzimage::synthetic::kernel(version, Some(config))
     }
 
     #[cfg(feature = "image")]
     #[test]
     fn image_checks_on_synthetic_images() {
-        use crate::bzimage::tests::{synthetic_image, synthetic_image_with_payload};
+        use crate::bzimage::synthetic::{
+            image as synthetic_image, image_with_payload as synthetic_image_with_payload,
+        };
         let rt_config = "CONFIG_PREEMPT_RT=y\nCONFIG_IKCONFIG=y\n";
         let rt = check_image(
             &image_with_ikconfig("6.12 (a@b) #1 SMP PREEMPT_RT x", rt_config),
@@ -422,6 +634,16 @@ mod tests {
             None,
         );
         assert_eq!(spoof.get(id::UTS_VERSION).unwrap().status, Status::Fail);
+        for spoof in [
+            "6.1.0-57-cloud-amd64 (k@h) #1 SMP PREEMPT_RT (x) #1 SMP PREEMPT_DYNAMIC Debian 6.1.192-3 (2026-11-26)",
+            "6.1.0-57-cloud-amd64 (k@h) #1 SMP PREEMPT_RT x SMP PREEMPT_DYNAMIC Debian 6.1.192-3 (2026-11-26)",
+        ] {
+            let refused = check_image(&synthetic_image(spoof, 30), None);
+            assert!(
+                !refused.all_passed(&[CheckId::Header, CheckId::UtsVersion]),
+                "{spoof}"
+            );
+        }
 
         let garbage = check_image(b"garbage", Some("# CONFIG_PREEMPT_RT is not set\n"));
         assert_eq!(garbage.get(id::HEADER).unwrap().status, Status::Fail);

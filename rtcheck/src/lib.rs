@@ -12,4 +12,4 @@ pub mod kconfig;
 pub mod uts;
 pub mod vermagic;
 
-pub use evidence::{Check, Evidence, Status};
+pub use evidence::{Check, CheckId, Evidence, RequiredFor, Status, required_checks};

@@ -64,16 +64,52 @@ pub enum UtsError {
     #[error("UTS_VERSION does not start with `#<build>`: {0:?}")]
     NoBuildNumber(String),
     #[error(
-        "UTS_VERSION repeats a flag token ({token}) after the flags, which kbuild never writes: {text:?}"
+        "UTS_VERSION names {token} again after its flags, so it reads more than one way (kbuild never writes that): {text:?}"
     )]
-    RepeatedFlag { token: String, text: String },
+    Ambiguous {
+        token: String,
+        text: String,
+        /// The model in the flag slot, which the rest of the string contradicts.
+        flagged: Option<PreemptModel>,
+    },
 }
 
-fn is_flag(token: &str) -> bool {
-    token == "SMP" || PreemptModel::from_token(token).is_some()
+/// Every preemption model kbuild or a distribution has written, matched
+/// case-insensitively: a second one anywhere after the flag slot is a spoof.
+const PREEMPT_MODEL_NAMES: &[&str] = &[
+    "PREEMPT",
+    "PREEMPT_NONE",
+    "PREEMPT_VOLUNTARY",
+    "PREEMPT_DYNAMIC",
+    "PREEMPT_LAZY",
+    "PREEMPT_RT",
+    "PREEMPT_{RT,DYNAMIC}",
+    "PREEMPT_{LAZY,DYNAMIC}",
+    "PREEMPTION",
+];
+
+/// Why a token after the flag slots would let the text be read another way:
+/// a second `#<build>` head, a second `SMP`, or a preemption model.
+fn second_reading(token: &str) -> Option<&str> {
+    let bare = token.trim_matches(|c: char| !(c.is_ascii_alphanumeric() || "_{},#".contains(c)));
+    let bare = bare.trim_end_matches(',');
+    if bare.starts_with('#') {
+        return Some("a second `#<build>` head");
+    }
+    if bare.eq_ignore_ascii_case("SMP") {
+        return Some("a second SMP flag");
+    }
+    PREEMPT_MODEL_NAMES
+        .iter()
+        .any(|name| bare.eq_ignore_ascii_case(name))
+        .then_some("a preemption model")
 }
 
 /// Parses a UTS_VERSION such as `#1 SMP PREEMPT_RT Sat Nov 29 12:00:00 UTC 2026`.
+///
+/// The timestamp is free text, so a crafted build number or timestamp could
+/// imitate the flags (`#1 SMP PREEMPT_RT x SMP PREEMPT_DYNAMIC …`). Such a
+/// string reads more than one way and is refused rather than guessed at.
 pub fn parse_uts_version(text: &str) -> Result<UtsVersion, UtsError> {
     let text = text.trim();
     let mut tokens = text.split_whitespace().peekable();
@@ -87,20 +123,19 @@ pub fn parse_uts_version(text: &str) -> Result<UtsVersion, UtsError> {
     if preempt.is_some() {
         tokens.next();
     }
-    // A flag right after the flag slots means something was injected into the
-    // build number or timestamp to imitate the flags; refuse to guess.
-    if let Some(next) = tokens.peek().filter(|t| is_flag(t)) {
-        return Err(UtsError::RepeatedFlag {
-            token: next.to_string(),
+    let rest: Vec<&str> = tokens.collect();
+    if let Some((token, why)) = rest.iter().find_map(|t| second_reading(t).map(|why| (*t, why))) {
+        return Err(UtsError::Ambiguous {
+            token: format!("{why} ({token:?})"),
             text: text.to_string(),
+            flagged: preempt,
         });
     }
-    let timestamp = tokens.collect::<Vec<_>>().join(" ");
     Ok(UtsVersion {
         build: build.to_string(),
         smp,
         preempt,
-        timestamp,
+        timestamp: rest.join(" "),
     })
 }
 
@@ -153,18 +188,54 @@ mod tests {
             "#1 SMP PREEMPT_RT_FAKE 2026",
             "#1 SMP preempt_rt 2026",
         ] {
-            let v = parse_uts_version(spoof).unwrap();
-            assert!(!v.is_preempt_rt(), "{spoof}");
+            let rt = parse_uts_version(spoof).is_ok_and(|v| v.is_preempt_rt());
+            assert!(!rt, "{spoof}");
         }
+    }
+
+    fn assert_ambiguous(text: &str) {
+        let err = parse_uts_version(text).unwrap_err();
+        assert!(matches!(err, UtsError::Ambiguous { .. }), "{text}: {err}");
     }
 
     #[test]
     fn injected_flags_are_refused() {
         // KBUILD_BUILD_VERSION="1 SMP PREEMPT_RT" on a PREEMPT_DYNAMIC kernel.
-        let err = parse_uts_version("#1 SMP PREEMPT_RT SMP PREEMPT_DYNAMIC Mon").unwrap_err();
-        assert!(matches!(err, UtsError::RepeatedFlag { .. }));
+        assert_ambiguous("#1 SMP PREEMPT_RT SMP PREEMPT_DYNAMIC Mon");
         // A timestamp starting with the token on a PREEMPT_DYNAMIC kernel is not RT.
-        assert!(parse_uts_version("#1 SMP PREEMPT_DYNAMIC PREEMPT_RT 2026").is_err());
+        assert_ambiguous("#1 SMP PREEMPT_DYNAMIC PREEMPT_RT 2026");
+    }
+
+    #[test]
+    fn a_second_reading_anywhere_is_refused() {
+        for spoof in [
+            // A crafted build number: KBUILD_BUILD_VERSION="1 SMP PREEMPT_RT x".
+            "#1 SMP PREEMPT_RT x SMP PREEMPT_DYNAMIC Thu Nov 27 2026",
+            // What `uname -v` shows for a crafted build host `h) #1 SMP PREEMPT_RT (x`.
+            "#1 SMP PREEMPT_RT (x) #1 SMP PREEMPT_DYNAMIC Debian 6.1.192-3 (2026-11-26)",
+            "#1 SMP PREEMPT_RT Debian 6.1.192-3 (PREEMPT_DYNAMIC)",
+            "#1 SMP PREEMPT_RT built PREEMPT_VOLUNTARY",
+            "#1 SMP PREEMPT_RT x preempt 2026",
+            "#1 SMP PREEMPT_RT x PREEMPT_NONE, 2026",
+            "#1 SMP PREEMPT_RT x PREEMPT_{RT,DYNAMIC} 2026",
+            "#1 SMP PREEMPT_RT x #2 2026",
+        ] {
+            assert_ambiguous(spoof);
+        }
+    }
+
+    #[test]
+    fn genuine_strings_still_pass() {
+        for genuine in [
+            "#1 SMP PREEMPT_RT Debian 6.1.192-3 (2026-11-26)",
+            "#1 SMP PREEMPT_RT Sun Nov 30 00:00:00 UTC 2025",
+            "#1 SMP PREEMPT_RT Debian 6.12.57-1 (2025-11-05)",
+            "#7 PREEMPT_RT Thu Jan  1 00:00:00 UTC 1970",
+        ] {
+            assert!(parse_uts_version(genuine).unwrap().is_preempt_rt(), "{genuine}");
+        }
+        let generic = parse_uts_version("#1 SMP PREEMPT_DYNAMIC Debian 6.1.192-3 (2026-11-26)").unwrap();
+        assert_eq!(generic.preempt, Some(PreemptModel::Dynamic));
     }
 
     #[test]

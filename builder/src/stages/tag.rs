@@ -1,34 +1,43 @@
 //! The `tag` stage, the RT gate: the recipe's ref moves to the new commit
-//! only for the standard flavor, or when every PREEMPT_RT check recorded so
-//! far passed. Otherwise exit 3, and the ref stays where it was.
+//! only for the standard flavor, or when every PREEMPT_RT check passed on
+//! the kernel read back out of the commit itself, with boot evidence taken
+//! on that same kernel. Otherwise exit 3, and the ref stays where it was.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
-use rtcheck::Evidence;
-use rtcheck::evidence::id;
+use rtcheck::{CheckId, Evidence, RequiredFor};
 use serde::{Deserialize, Serialize};
 
 use crate::error::Refused;
 use crate::ostree::{self, MetaValue, Metadata};
 use crate::recipe::Flavor;
 use crate::stages::commit::{BOOT_EVIDENCE, evidence_of, key};
-use crate::stages::verify;
+use crate::stages::verify::{self, committed};
 
-/// The checks the gate requires for an `rt` commit.
+/// Detached metadata key naming the live ISO the boot evidence was taken from.
+pub const BOOT_ISO_SHA256: &str = "imgbuild.rt.boot.iso-sha256";
+
+/// The checks the gate requires for an `rt` commit, as text
+/// (`rtcheck::required_checks(RequiredFor::build(with_modules, with_boot))`).
 pub fn required_checks(with_modules: bool, with_boot: bool) -> Vec<&'static str> {
-    let mut required = verify::ARTIFACT_CHECKS.to_vec();
-    if with_modules {
-        required.push(id::MODULES);
+    rtcheck::required_checks(RequiredFor::build(with_modules, with_boot))
+        .into_iter()
+        .map(CheckId::as_str)
+        .collect()
+}
+
+/// The flavor the gate applies: rt when the recipe says so or the ref's
+/// name does (policy, [`committed::flavor_of_ref`]); never weaker than either.
+pub fn gate_flavor(recipe_flavor: Flavor, ref_name: &str) -> Flavor {
+    match (recipe_flavor, committed::flavor_of_ref(ref_name)) {
+        (Flavor::Standard, Flavor::Standard) => Flavor::Standard,
+        _ => Flavor::Rt,
     }
-    if with_boot {
-        required.extend([id::BOOT_UNAME, id::BOOT_CONFIG]);
-    }
-    required
 }
 
 /// The gate's decision (pure).
-pub fn decide(flavor: Flavor, evidence: &Evidence, required: &[&str]) -> Result<(), Refused> {
+pub fn decide<I: AsRef<str>>(flavor: Flavor, evidence: &Evidence, required: &[I]) -> Result<(), Refused> {
     match flavor {
         Flavor::Standard => Ok(()),
         Flavor::Rt => verify::gate("tag", evidence, required).map_err(|mut refused| {
@@ -42,7 +51,9 @@ pub struct TagRequest<'a> {
     pub repo: &'a Path,
     pub ref_name: &'a str,
     pub commit: &'a str,
+    /// The recipe's flavor; the ref's own policy flavor applies too.
     pub flavor: Flavor,
+    /// Checks the caller requires on top of what the committed kernel needs.
     pub required: &'a [&'a str],
     /// Evidence gathered after the commit was written (the boot check).
     pub boot_evidence: Option<&'a Evidence>,
@@ -60,27 +71,67 @@ pub struct TagOutput {
     pub signed: bool,
 }
 
-/// Runs the gate on the evidence stored in the commit (plus the boot
-/// evidence), then signs, moves the ref and updates the summary.
-pub fn tag(request: &TagRequest) -> Result<TagOutput> {
-    let repo = ostree::open(request.repo)?;
-    let info = ostree::read_commit(&repo, request.commit)?;
-    let mut evidence = evidence_of(&info)?;
-    if let Some(boot) = request.boot_evidence {
-        evidence.extend(boot.clone());
+/// Re-verifies the commit's kernel and decides, for an rt ref or recipe.
+fn gate_commit(repo: &::ostree::Repo, request: &TagRequest, live_iso_sha256: Option<&str>) -> Result<()> {
+    let flavor = gate_flavor(request.flavor, request.ref_name);
+    if flavor == Flavor::Standard {
+        return Ok(());
     }
-    decide(request.flavor, &evidence, request.required)?;
+    let info = ostree::read_commit(repo, request.commit)?;
+    let recorded = evidence_of(&info).unwrap_or_default();
+    let kernel = committed::verify_committed_kernel(repo, &info.checksum)?;
+    let (evidence, problems) =
+        committed::combined_evidence(recorded, &kernel, request.boot_evidence, live_iso_sha256);
+    let mut required: Vec<&str> = request.required.to_vec();
+    let needed = rtcheck::required_checks(RequiredFor {
+        kconfig: true,
+        ..RequiredFor::build(kernel.has_modules, request.boot_evidence.is_some())
+    });
+    required.extend(needed.iter().map(|id| id.as_str()));
+    required.sort_unstable();
+    required.dedup();
+    let mut refused = match decide(flavor, &evidence, &required) {
+        Ok(()) if problems.is_empty() => return Ok(()),
+        Ok(()) => Refused {
+            stage: "tag".into(),
+            summary: "the boot evidence is not from the committed kernel; the ref was not moved".into(),
+            reasons: Vec::new(),
+        },
+        Err(refused) => refused,
+    };
+    refused.reasons.extend(problems);
+    Err(refused.into())
+}
 
+fn boot_metadata(boot: &Evidence) -> Result<Metadata> {
+    let mut detached = Metadata::new();
+    detached.insert(BOOT_EVIDENCE.into(), MetaValue::Str(serde_json::to_string(boot)?));
+    if let Some(sha) = &boot.medium_sha256 {
+        detached.insert(BOOT_ISO_SHA256.into(), MetaValue::Str(sha.clone()));
+    }
+    for check in &boot.checks {
+        detached.insert(
+            format!("{}{}", key::RT_PREFIX, check.id),
+            MetaValue::Str(check.status.to_string().to_lowercase()),
+        );
+    }
+    Ok(detached)
+}
+
+/// [`tag_with_live_iso`] without naming the ISO: the boot evidence must still
+/// name the ISO it was taken from, but it is not compared.
+pub fn tag(request: &TagRequest) -> Result<TagOutput> {
+    tag_with_live_iso(request, None)
+}
+
+/// Runs the gate on the kernel inside the commit (plus the boot evidence,
+/// which must come from that kernel booted from `live_iso_sha256`), then
+/// signs, moves the ref and updates the summary.
+pub fn tag_with_live_iso(request: &TagRequest, live_iso_sha256: Option<&str>) -> Result<TagOutput> {
+    let repo = ostree::open(request.repo)?;
+    gate_commit(&repo, request, live_iso_sha256)?;
     if let Some(boot) = request.boot_evidence {
-        let mut detached = Metadata::new();
-        detached.insert(BOOT_EVIDENCE.into(), MetaValue::Str(serde_json::to_string(boot)?));
-        for check in &boot.checks {
-            detached.insert(
-                format!("{}{}", key::RT_PREFIX, check.id),
-                MetaValue::Str(check.status.to_string().to_lowercase()),
-            );
-        }
-        ostree::add_detached_metadata(&repo, request.commit, &detached)?;
+        ostree::add_detached_metadata(&repo, request.commit, &boot_metadata(boot)?)?;
     }
     let signed = match request.gpg_key {
         Some(key_id) => {
@@ -105,6 +156,7 @@ pub fn tag(request: &TagRequest) -> Result<TagOutput> {
 mod tests {
     use super::*;
     use rtcheck::Check;
+    use rtcheck::evidence::id;
 
     fn evidence(checks: &[(&str, bool)]) -> Evidence {
         Evidence {
@@ -146,6 +198,16 @@ mod tests {
                 .iter()
                 .any(|r| r.contains("boot.uname: check did not run")),
             "{refused}"
+        );
+    }
+
+    #[test]
+    fn the_ref_name_makes_a_commit_rt() {
+        assert_eq!(gate_flavor(Flavor::Standard, "emberrtos/x86_64/rt"), Flavor::Rt);
+        assert_eq!(gate_flavor(Flavor::Rt, "emberrtos/x86_64/standard"), Flavor::Rt);
+        assert_eq!(
+            gate_flavor(Flavor::Standard, "emberrtos/x86_64/standard"),
+            Flavor::Standard
         );
     }
 

@@ -3,30 +3,57 @@
 
 use std::io::Read;
 use std::path::Path;
+use std::sync::LazyLock;
 
 use anyhow::{Context, Result};
 use rtcheck::evidence::{Check, Evidence, check_image, id, modules_check};
 use rtcheck::vermagic::{Vermagic, read_vermagic};
+use rtcheck::{CheckId, RequiredFor, required_checks};
 
 use crate::error::Refused;
 
-/// The checks the RT gate needs on a built kernel.
-pub const ARTIFACT_CHECKS: &[&str] = &[id::CONFIG, id::HEADER, id::UTS_VERSION, id::BUILD_CONFIG];
+pub mod committed;
+
+pub use committed::{
+    CommittedKernel, boot_binding_problems, flavor_of_ref, gate_commit_for_ref, verify_committed_kernel,
+};
+
+/// The checks the RT gate needs on a built kernel without modules, as text:
+/// `rtcheck::required_checks(RequiredFor::build(false, false))`. Callers
+/// should use that list directly; this view stays for the ones that take `&str`.
+pub static ARTIFACT_CHECKS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
+    required_checks(RequiredFor::build(false, false))
+        .into_iter()
+        .map(CheckId::as_str)
+        .collect()
+});
+
+/// Whether a file name is a kernel module (`.ko`, `.ko.xz`, `.ko.gz`).
+pub fn is_module_name(name: &str) -> bool {
+    name.ends_with(".ko") || name.ends_with(".ko.xz") || name.ends_with(".ko.gz")
+}
+
+/// A module's ELF bytes from its file bytes, decompressing `.ko.xz` and `.ko.gz`.
+pub fn decode_module(name: &str, raw: Vec<u8>) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    if name.ends_with(".xz") {
+        liblzma::read::XzDecoder::new(&raw[..])
+            .read_to_end(&mut out)
+            .with_context(|| format!("decompressing {name}"))?;
+    } else if name.ends_with(".gz") {
+        flate2::read::GzDecoder::new(&raw[..])
+            .read_to_end(&mut out)
+            .with_context(|| format!("decompressing {name}"))?;
+    } else {
+        out = raw;
+    }
+    Ok(out)
+}
 
 /// Reads a module, decompressing `.ko.xz` and `.ko.gz`.
 fn read_module(path: &Path) -> Result<Vec<u8>> {
     let raw = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    let mut out = Vec::new();
-    match path.extension().and_then(|e| e.to_str()) {
-        Some("xz") => {
-            liblzma::read::XzDecoder::new(&raw[..]).read_to_end(&mut out)?;
-        }
-        Some("gz") => {
-            flate2::read::GzDecoder::new(&raw[..]).read_to_end(&mut out)?;
-        }
-        _ => out = raw,
-    }
-    Ok(out)
+    decode_module(&path.to_string_lossy(), raw)
 }
 
 /// The vermagic of every module under `dir`, by path relative to it.
@@ -35,9 +62,7 @@ pub fn module_vermagics(dir: &Path) -> Result<Vec<(String, Result<Vermagic, Stri
     for entry in walkdir::WalkDir::new(dir).sort_by_file_name() {
         let entry = entry.with_context(|| format!("walking {}", dir.display()))?;
         let name = entry.file_name().to_string_lossy();
-        if !entry.file_type().is_file()
-            || !(name.ends_with(".ko") || name.ends_with(".ko.xz") || name.ends_with(".ko.gz"))
-        {
+        if !entry.file_type().is_file() || !is_module_name(&name) {
             continue;
         }
         let rel = entry
@@ -103,7 +128,7 @@ pub fn render(evidence: &Evidence) -> String {
 }
 
 /// Refuses unless every check in `required` passed and none failed.
-pub fn gate(stage: &str, evidence: &Evidence, required: &[&str]) -> Result<(), Refused> {
+pub fn gate<I: AsRef<str>>(stage: &str, evidence: &Evidence, required: &[I]) -> Result<(), Refused> {
     if evidence.all_passed(required) {
         return Ok(());
     }
@@ -111,7 +136,7 @@ pub fn gate(stage: &str, evidence: &Evidence, required: &[&str]) -> Result<(), R
         .failures()
         .map(|c| format!("{}: {}", c.id, c.detail))
         .collect();
-    for id in required {
+    for id in required.iter().map(AsRef::as_ref) {
         match evidence.get(id) {
             None => reasons.push(format!("{id}: check did not run")),
             Some(c) if c.status == rtcheck::Status::Skip => {

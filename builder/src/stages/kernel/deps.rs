@@ -292,6 +292,46 @@ fn tokenize(expr: &str) -> Vec<String> {
     tokens
 }
 
+/// A value as Kconfig compares it: `n`/`m`/`y` in tristate order, decimal
+/// and `0x` hex as numbers, anything else as a string.
+fn numeric(value: &str) -> Option<i128> {
+    match value {
+        "n" => return Some(0),
+        "m" => return Some(1),
+        "y" => return Some(2),
+        _ => {}
+    }
+    let (negative, digits) = match value.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, value),
+    };
+    let magnitude = match digits.strip_prefix("0x").or_else(|| digits.strip_prefix("0X")) {
+        Some(hex) => i128::from_str_radix(hex, 16).ok()?,
+        None if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) => digits.parse().ok()?,
+        None => return None,
+    };
+    Some(if negative { -magnitude } else { magnitude })
+}
+
+/// `left <op> right` the way Kconfig's `expr_calc_value` does it: numerically
+/// when both sides are numbers, else by string order.
+fn compare(op: &str, left: &str, right: &str) -> bool {
+    use std::cmp::Ordering;
+    let order = match (numeric(left), numeric(right)) {
+        (Some(l), Some(r)) => l.cmp(&r),
+        _ => left.cmp(right),
+    };
+    match op {
+        "=" => order == Ordering::Equal,
+        "!=" => order != Ordering::Equal,
+        "<" => order == Ordering::Less,
+        ">" => order == Ordering::Greater,
+        "<=" => order != Ordering::Greater,
+        ">=" => order != Ordering::Less,
+        _ => false,
+    }
+}
+
 struct Evaluator<'a> {
     tokens: Vec<String>,
     pos: usize,
@@ -361,11 +401,7 @@ impl Evaluator<'_> {
             let right_token = self.peek().unwrap_or_default().to_string();
             self.pos += 1;
             let right = symbol_value(self.config, &right_token);
-            let holds = match op.as_str() {
-                "=" => left == right,
-                "!=" => left != right,
-                _ => false,
-            };
+            let holds = compare(&op, &left, &right);
             if !holds {
                 self.unmet
                     .push(format!("{token}{op}{right_token} ({token} is {left})"));
@@ -502,6 +538,33 @@ endif
     }
 
     #[test]
+    fn ordering_comparisons() {
+        let config = Config::parse(
+            "CONFIG_N=3\nCONFIG_BIG=10\nCONFIG_H=0x1000\nCONFIG_NEG=-5\nCONFIG_S=\"abc\"\nCONFIG_A=y\nCONFIG_B=m\n",
+        )
+        .unwrap();
+        let holds = |expr: &str| evaluate(expr, &config).0 == 2;
+        // Numbers compare as numbers, not as text ("10" < "3" as strings).
+        assert!(holds("BIG > N"));
+        assert!(holds("N < BIG"));
+        assert!(holds("N < 10"));
+        assert!(!holds("BIG < N"));
+        assert!(holds("N <= 3") && holds("N >= 3"));
+        assert!(!holds("N < 3") && !holds("N > 3"));
+        assert!(holds("NEG < 0"));
+        // Hex against hex and against decimal.
+        assert!(holds("H >= 0x1000") && holds("H > 0xfff") && holds("H = 4096"));
+        assert!(!holds("H < 0x100"));
+        // Tristates in n < m < y order.
+        assert!(holds("B < A") && holds("A > B") && holds("UNSET < B"));
+        // Strings by string order.
+        assert!(holds("S < \"abd\"") && holds("S >= \"abc\"") && !holds("S > \"b\""));
+        let (value, unmet) = evaluate("N > 5", &config);
+        assert_eq!(value, 0);
+        assert_eq!(unmet, vec!["N>5 (N is 3)".to_string()]);
+    }
+
+    #[test]
     fn expressions() {
         let config = Config::parse("CONFIG_A=y\nCONFIG_B=m\nCONFIG_S=\"x\"\nCONFIG_N=3\n").unwrap();
         assert_eq!(evaluate("A && B", &config).0, 1);
@@ -520,6 +583,9 @@ endif
             ]
         );
         // Garbage never panics.
+        for junk in ["A <", "< 3", "N >= ", "0x <= 0x"] {
+            let _ = evaluate(junk, &config);
+        }
         for junk in ["", "&&", "((", "A =", "\"open", "!!!", ")"] {
             let _ = evaluate(junk, &config);
         }
