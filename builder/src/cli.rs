@@ -20,7 +20,6 @@ use crate::stages::commit;
 use crate::stages::fetch::FetchOptions;
 use crate::stages::verify;
 use crate::ui::Ui;
-use rtcheck::evidence::id;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -273,10 +272,7 @@ fn run_recipe(args: RecipeArgs, ui: Ui, json: bool) -> Result<u8> {
 
 fn run_verify_kernel(args: VerifyKernelArgs, json: bool) -> Result<u8> {
     let evidence = verify::check_artifacts(&args.image, args.config.as_deref(), args.modules.as_deref())?;
-    let mut required = vec![id::HEADER, id::UTS_VERSION];
-    if args.config.is_some() {
-        required.push(id::BUILD_CONFIG);
-    }
+    let required = rtcheck::required_checks(rtcheck::RequiredFor::image(args.config.is_some()));
     let verdict = verify::gate("verify-kernel", &evidence, &required);
     if json {
         let mut doc = serde_json::to_value(&evidence)?;
@@ -308,7 +304,11 @@ fn run_boot(args: BootArgs, ui: &Ui, json: bool) -> Result<u8> {
     } else {
         print!("{}", boot::render(&out));
     }
-    verify::gate("boot", &out.evidence, &[id::BOOT_UNAME, id::BOOT_CONFIG])?;
+    verify::gate(
+        "boot",
+        &out.evidence,
+        &rtcheck::required_checks(rtcheck::RequiredFor::boot()),
+    )?;
     Ok(exit::OK)
 }
 

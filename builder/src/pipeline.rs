@@ -178,10 +178,8 @@ pub fn run(ctx: &Context, until: Stage, report: &mut PipelineReport) -> Result<(
             for line in verify::render(&evidence).lines() {
                 ctx.ui.note(line);
             }
-            let mut required = verify::ARTIFACT_CHECKS.to_vec();
-            if kernel.modules.is_some() {
-                required.push(rtcheck::evidence::id::MODULES);
-            }
+            let required =
+                rtcheck::required_checks(rtcheck::RequiredFor::build(kernel.modules.is_some(), false));
             let passed = evidence.all_passed(&required);
             if recipe.flavor == Flavor::Rt {
                 verify::gate("verify", &evidence, &required)?;
@@ -210,12 +208,14 @@ pub fn run(ctx: &Context, until: Stage, report: &mut PipelineReport) -> Result<(
         return Ok(());
     }
     let with_modules = kernel.modules.is_some();
+    // The ISO as it is now, not as a stamp remembers it.
+    let live_iso_sha256 = crate::io::hashing::sha256_file(&iso.iso, None)?;
     stage_tag(
         ctx,
         report,
         &committed,
         &tag::required_checks(with_modules, true),
-        Some(&booted.evidence),
+        Some((&booted.evidence, live_iso_sha256.as_str())),
     )?;
     Ok(())
 }
@@ -302,7 +302,8 @@ fn stage_boot(ctx: &Context, report: &mut PipelineReport, iso: &IsoOutput) -> Re
         .with("iso", &iso.iso_sha256)
         .with_value("accel", &options.accel)
         .with("jitter", options.jitter.map_or("none".into(), |s| s.to_string()))
-        .with("uefi", options.uefi.to_string());
+        .with("uefi", options.uefi.to_string())
+        .with("evidence", "names its ISO");
     ctx.run(report, Stage::Boot)?.cached(
         &key,
         |_| true,
@@ -455,7 +456,7 @@ fn stage_tag(
     report: &mut PipelineReport,
     committed: &CommitOutput,
     required: &[&str],
-    boot_evidence: Option<&Evidence>,
+    boot: Option<(&Evidence, &str)>,
 ) -> Result<TagOutput> {
     let recipe = &ctx.recipe;
     let started = Instant::now();
@@ -463,16 +464,19 @@ fn stage_tag(
         "tag",
         format!("gate for {} ({} flavor)", recipe.ostree.ref_name, recipe.flavor),
     );
-    let out = tag::tag(&TagRequest {
-        repo: &committed.repo,
-        ref_name: &recipe.ostree.ref_name,
-        commit: &committed.checksum,
-        flavor: recipe.flavor,
-        required,
-        boot_evidence,
-        gpg_key: recipe.ostree.gpg_key.as_deref(),
-        gpg_homedir: recipe.ostree.gpg_homedir.as_deref(),
-    })
+    let out = tag::tag_with_live_iso(
+        &TagRequest {
+            repo: &committed.repo,
+            ref_name: &recipe.ostree.ref_name,
+            commit: &committed.checksum,
+            flavor: recipe.flavor,
+            required,
+            boot_evidence: boot.map(|(evidence, _)| evidence),
+            gpg_key: recipe.ostree.gpg_key.as_deref(),
+            gpg_homedir: recipe.ostree.gpg_homedir.as_deref(),
+        },
+        boot.map(|(_, iso)| iso),
+    )
     .context("stage `tag` failed")?;
     ctx.ui.note(format!(
         "{} -> {}{}",

@@ -94,6 +94,10 @@ fn missing_make_names_the_debian_package() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "fixtures"),
+    ignore = "needs Debian kernel packages (ci/fetch-fixtures): --features imgbuild/fixtures"
+)]
 fn debian_rt_kernel_passes() {
     let rt = debian_kernel("rt");
     let out = imgbuild()
@@ -123,6 +127,10 @@ fn debian_rt_kernel_passes() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "fixtures"),
+    ignore = "needs Debian kernel packages (ci/fetch-fixtures): --features imgbuild/fixtures"
+)]
 fn debian_generic_kernel_is_refused() {
     let cloud = debian_kernel("cloud");
     imgbuild()
@@ -164,6 +172,10 @@ fn refused_with(path: &std::path::Path, reason: &str) {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "fixtures"),
+    ignore = "needs Debian kernel packages (ci/fetch-fixtures): --features imgbuild/fixtures"
+)]
 fn crafted_images_are_refused_with_a_reason() {
     let (_d, bad_magic) = crafted("bad-magic", |img| img[0x202..0x206].copy_from_slice(b"NOPE"));
     refused_with(&bad_magic, "no `HdrS` magic at 0x202");

@@ -12,10 +12,8 @@ use glib::prelude::*;
 use ostree::gio;
 use serde::{Deserialize, Serialize};
 
-use crate::error::Refused;
 use crate::ostree as ost;
 use crate::stages::commit;
-use crate::stages::tag;
 use crate::ui::Ui;
 
 /// The prefix of every temp file and dir publish makes at the destination.
@@ -489,7 +487,7 @@ fn plan_ref(
     let commit = ost::resolve(repo, ref_name)?
         .with_context(|| format!("{} has no ref {ref_name}", source.display()))?;
     let info = ost::read_commit(repo, &commit)?;
-    gate_ref(repo, ref_name, &commit, &info)?;
+    gate_ref(repo, ref_name, &commit)?;
     let version = info
         .metadata
         .get(commit::key::VERSION)
@@ -537,29 +535,8 @@ fn require_newer(ref_name: &str, version: &str, remote_commit: &str, remote_vers
 /// The publish gate of one commit of a ref. The integrator swaps in the gate
 /// that re-verifies the kernel inside the commit and takes the flavor from
 /// the ref's name.
-fn gate_ref(_repo: &ostree::Repo, ref_name: &str, commit: &str, info: &ost::CommitInfo) -> Result<()> {
-    let flavor = info
-        .metadata
-        .get(commit::key::FLAVOR)
-        .and_then(|v| v.as_str())
-        .unwrap_or("");
-    if flavor != "rt" {
-        return Ok(());
-    }
-    let evidence = commit::full_evidence(info).map_err(|e| Refused {
-        stage: "publish".into(),
-        summary: format!("{ref_name} is flavor rt but commit {commit} carries no RT evidence"),
-        reasons: vec![format!("{e:#}")],
-    })?;
-    let with_modules = evidence
-        .get(rtcheck::evidence::id::MODULES)
-        .is_some_and(|c| c.status != rtcheck::Status::Skip);
-    let required = tag::required_checks(with_modules, true);
-    crate::stages::verify::gate("publish", &evidence, &required).map_err(|mut refused| {
-        refused.summary =
-            format!("{ref_name} ({commit}) is flavor rt without complete PREEMPT_RT evidence; not published");
-        refused
-    })?;
+fn gate_ref(repo: &ostree::Repo, ref_name: &str, commit: &str) -> Result<()> {
+    crate::stages::verify::gate_commit_for_ref(repo, ref_name, commit)?;
     Ok(())
 }
 
@@ -587,7 +564,7 @@ fn local_parents(
             }
         }
         let info = ost::read_commit(repo, &parent)?;
-        if let Err(e) = gate_ref(repo, ref_name, &parent, &info) {
+        if let Err(e) = gate_ref(repo, ref_name, &parent) {
             ui.note(format!(
                 "{ref_name}: history ends at {parent}, which the gate refuses: {e:#}"
             ));

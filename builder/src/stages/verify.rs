@@ -3,12 +3,10 @@
 
 use std::io::Read;
 use std::path::Path;
-use std::sync::LazyLock;
 
 use anyhow::{Context, Result};
 use rtcheck::evidence::{Check, Evidence, check_image, id, modules_check};
 use rtcheck::vermagic::{Vermagic, read_vermagic};
-use rtcheck::{CheckId, RequiredFor, required_checks};
 
 use crate::error::Refused;
 
@@ -17,16 +15,6 @@ pub mod committed;
 pub use committed::{
     CommittedKernel, boot_binding_problems, flavor_of_ref, gate_commit_for_ref, verify_committed_kernel,
 };
-
-/// The checks the RT gate needs on a built kernel without modules, as text:
-/// `rtcheck::required_checks(RequiredFor::build(false, false))`. Callers
-/// should use that list directly; this view stays for the ones that take `&str`.
-pub static ARTIFACT_CHECKS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
-    required_checks(RequiredFor::build(false, false))
-        .into_iter()
-        .map(CheckId::as_str)
-        .collect()
-});
 
 /// Whether a file name is a kernel module (`.ko`, `.ko.xz`, `.ko.gz`).
 pub fn is_module_name(name: &str) -> bool {

@@ -294,14 +294,17 @@ pub fn flavor_of_ref(ref_name: &str) -> Flavor {
 }
 
 /// Whether `checksum` may be served on `ref_name` (used by `publish`): on an
-/// rt ref the commit must not claim another flavor, its committed kernel must
+/// rt ref (or for a commit that claims rt on any ref) the commit must not claim another flavor, its committed kernel must
 /// pass every artifact check afresh, and the boot evidence recorded at tag
 /// time must pass and belong to that kernel.
 pub fn gate_commit_for_ref(repo: &ostree::Repo, ref_name: &str, checksum: &str) -> Result<()> {
-    if flavor_of_ref(ref_name) == Flavor::Standard {
+    let info = ost::read_commit(repo, checksum)?;
+    let claimed = info.metadata.get(commit::key::FLAVOR).and_then(|v| v.as_str());
+    // A standard ref needs no proof, unless its commit claims rt: a badge is
+    // only ever served with the evidence behind it.
+    if flavor_of_ref(ref_name) == Flavor::Standard && claimed != Some("rt") {
         return Ok(());
     }
-    let info = ost::read_commit(repo, checksum)?;
     let refuse = |reasons: Vec<String>| -> anyhow::Error {
         Refused {
             stage: "publish".into(),
@@ -310,7 +313,6 @@ pub fn gate_commit_for_ref(repo: &ostree::Repo, ref_name: &str, checksum: &str) 
         }
         .into()
     };
-    let claimed = info.metadata.get(commit::key::FLAVOR).and_then(|v| v.as_str());
     if claimed != Some("rt") {
         return Err(refuse(vec![format!(
             "the commit says {}={:?}, but the ref's policy flavor is rt",
