@@ -497,10 +497,14 @@ fn publish_gate_refuses_handmade_commits_on_an_rt_ref() {
     // An RT kernel without boot evidence is not proven either.
     let unbooted = handmade_commit(&repo, &rt_tree, "rt", &rt_evidence(), None);
     gate_refuses(&repo, REF, &unbooted, "boot.uname: check did not run");
-    // With the boot evidence of that very kernel, it passes; on a standard ref anything does.
+    // With the boot evidence of that very kernel, it passes.
     let good = handmade_commit(&repo, &rt_tree, "rt", &rt_evidence(), Some(&boot));
     gate_commit_for_ref(&ost::open(&repo).unwrap(), REF, &good).unwrap();
-    gate_commit_for_ref(&ost::open(&repo).unwrap(), STANDARD_REF, &forged).unwrap();
+    // A standard ref needs no proof, but a commit claiming rt is never served
+    // without it, whatever the ref: the forged one is refused there too.
+    gate_commit_for_ref(&ost::open(&repo).unwrap(), STANDARD_REF, &good).unwrap();
+    gate_refuses(&repo, STANDARD_REF, &forged, "PREEMPT_RT");
+    gate_commit_for_ref(&ost::open(&repo).unwrap(), STANDARD_REF, &standard).unwrap();
 }
 
 #[test]
