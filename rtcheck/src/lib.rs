@@ -8,6 +8,7 @@ pub mod bzimage;
 pub mod elf;
 pub mod evidence;
 pub mod ikconfig;
+pub mod jitter;
 pub mod kconfig;
 pub mod uts;
 pub mod vermagic;
