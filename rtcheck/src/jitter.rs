@@ -34,6 +34,43 @@ fn known_schema<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D:
     Ok(found)
 }
 
+/// A map keyed by CPU number. JSON writes the keys as strings; they are read
+/// back whether the deserializer hands them over as text or as numbers, so a
+/// report also reads inside a buffered (internally tagged) enum, where serde
+/// does not turn `"0"` into a number by itself.
+fn per_cpu<'de, D, V>(deserializer: D) -> Result<BTreeMap<u32, V>, D::Error>
+where
+    D: Deserializer<'de>,
+    V: Deserialize<'de>,
+{
+    let keyed: BTreeMap<CpuNumber, V> = BTreeMap::deserialize(deserializer)?;
+    Ok(keyed.into_iter().map(|(cpu, value)| (cpu.0, value)).collect())
+}
+
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct CpuNumber(u32);
+
+impl<'de> Deserialize<'de> for CpuNumber {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = CpuNumber;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a CPU number")
+            }
+            fn visit_u64<E: serde::de::Error>(self, cpu: u64) -> Result<CpuNumber, E> {
+                u32::try_from(cpu).map(CpuNumber).map_err(E::custom)
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<CpuNumber, E> {
+                text.parse()
+                    .map(CpuNumber)
+                    .map_err(|_| E::custom(format!("{text:?} is not a CPU number")))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
 /// A set of CPUs; serialized in the kernel's list form, `0-3,5`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(into = "String", try_from = "String")]
@@ -262,6 +299,8 @@ pub struct Tuning {
     pub sysfs_isolated: CpuSet,
     pub nohz_full: CpuSet,
     pub irqs_on_rt_cpus: Vec<Irq>,
+    /// Governor per CPU; `None` when the CPU has no cpufreq.
+    #[serde(deserialize_with = "per_cpu")]
     pub governors: BTreeMap<u32, Option<String>>,
     pub hypervisor: Option<String>,
 }
@@ -368,6 +407,30 @@ mod tests {
         assert_eq!(report.tuning.rt_cpus, CpuSet::parse("1").unwrap());
         assert_eq!(report.cores.len(), 2);
         assert_eq!(serde_json::to_string_pretty(&report).unwrap() + "\n", FIXTURE);
+    }
+
+    /// imgbuild keeps the report inside an internally tagged enum, which
+    /// serde buffers: the CPU-keyed maps must still read.
+    #[test]
+    fn fixture_reads_inside_a_tagged_enum() {
+        #[derive(Debug, Deserialize)]
+        #[serde(tag = "state")]
+        enum Outcome {
+            Complete { report: Report },
+        }
+        let json = format!(r#"{{"state": "Complete", "report": {FIXTURE}}}"#);
+        let Outcome::Complete { report } = serde_json::from_str(&json).unwrap();
+        assert_eq!(
+            report.tuning.governors.get(&1),
+            Some(&Some("powersave".to_string()))
+        );
+        assert_eq!(report.tuning.governors.get(&0), Some(&None));
+        let bad = FIXTURE.replace(r#""1": "powersave""#, r#""one": "powersave""#);
+        let error = serde_json::from_str::<Report>(&bad).unwrap_err();
+        assert!(
+            error.to_string().contains(r#""one" is not a CPU number"#),
+            "{error}"
+        );
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! tool: one implementation of "is this kernel PREEMPT_RT".
 //!
 //! Everything here is a pure function over bytes or text; callers do the I/O.
+//! [`jitter`] holds the data types of jitter's JSON report, which both read.
 
 #[cfg(feature = "image")]
 pub mod bzimage;
