@@ -2,12 +2,14 @@
 //! tool: one implementation of "is this kernel PREEMPT_RT".
 //!
 //! Everything here is a pure function over bytes or text; callers do the I/O.
+//! [`jitter`] holds the data types of jitter's JSON report, which both read.
 
 #[cfg(feature = "image")]
 pub mod bzimage;
 pub mod elf;
 pub mod evidence;
 pub mod ikconfig;
+pub mod jitter;
 pub mod kconfig;
 pub mod uts;
 pub mod vermagic;

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use rtcheck::Evidence;
+use rtcheck::jitter::Report as JitterReport;
 use serde::{Deserialize, Serialize};
 
 use crate::tool;
@@ -43,10 +44,13 @@ pub struct BootOptions {
 pub enum JitterOutcome {
     Complete {
         exit: Option<i32>,
-        report: serde_json::Value,
+        report: Box<JitterReport>,
     },
     /// The markers or the JSON are incomplete (the guest died or timed out).
     Truncated { reason: String },
+    /// Complete JSON that is not a `jitter-report/1` (another schema, or
+    /// fields this build does not know).
+    Unreadable { reason: String },
 }
 
 /// What the console showed.
@@ -103,16 +107,27 @@ pub fn parse_console(text: &str) -> ConsoleReport {
                     .and_then(|l| l.trim().strip_prefix("exit="))
                     .and_then(|n| n.trim().parse().ok());
                 let json = body.find('{').map(|open| &body[open..]).unwrap_or_default();
-                match serde_json::from_str(json.trim()) {
-                    Ok(report) => JitterOutcome::Complete { exit, report },
-                    Err(e) => JitterOutcome::Truncated {
-                        reason: format!("the JSON report does not parse: {e}"),
-                    },
-                }
+                jitter_outcome(json.trim(), exit)
             }
         });
     }
     report
+}
+
+/// The report between the markers, read through the shared jitter types.
+fn jitter_outcome(json: &str, exit: Option<i32>) -> JitterOutcome {
+    match serde_json::from_str::<JitterReport>(json) {
+        Ok(report) => JitterOutcome::Complete {
+            exit,
+            report: Box::new(report),
+        },
+        Err(e) if e.is_data() => JitterOutcome::Unreadable {
+            reason: format!("the jitter report is not one this build reads: {e}"),
+        },
+        Err(e) => JitterOutcome::Truncated {
+            reason: format!("the JSON report does not parse: {e}"),
+        },
+    }
 }
 
 fn between<'a>(text: &'a str, begin: &str, end: &str) -> Option<&'a str> {
@@ -365,20 +380,16 @@ pub fn render(output: &BootOutput) -> String {
     }
     match &output.console.jitter {
         Some(JitterOutcome::Complete { exit, report }) => {
-            let verdict = report["assessment"]["verdict"].as_str().unwrap_or("?");
-            let worst = report["assessment"]["worst_us"].as_u64().unwrap_or(0);
+            let assessment = &report.assessment;
             let _ = writeln!(
                 out,
-                "jitter: {verdict} (exit {}), worst case {worst} us",
-                exit.map_or("?".into(), |e| e.to_string())
+                "jitter: {} (exit {}), worst case {} us",
+                assessment.verdict,
+                exit.map_or("?".into(), |e| e.to_string()),
+                assessment.worst_us
             );
-            for reason in report["assessment"]["reasons"].as_array().into_iter().flatten() {
-                let _ = writeln!(
-                    out,
-                    "  - {}: {}",
-                    reason["code"].as_str().unwrap_or("?"),
-                    reason["detail"].as_str().unwrap_or("")
-                );
+            for reason in &assessment.reasons {
+                let _ = writeln!(out, "  - {}: {}", reason.code, reason.detail);
             }
             if output.functional_only {
                 let _ = writeln!(
@@ -389,6 +400,9 @@ pub fn render(output: &BootOutput) -> String {
         }
         Some(JitterOutcome::Truncated { reason }) => {
             let _ = writeln!(out, "jitter: report truncated ({reason})");
+        }
+        Some(JitterOutcome::Unreadable { reason }) => {
+            let _ = writeln!(out, "jitter: report unreadable ({reason})");
         }
         None => {}
     }
@@ -441,18 +455,95 @@ mod tests {
         evidence(&parse_console("[    0.0] Kernel panic - not syncing"))
     }
 
+    /// What `jitter --json` writes (jitter's golden test keeps it current).
+    const JITTER_REPORT: &str =
+        include_str!("../../../live-image/jitter/tests/fixtures/jitter-report-1.json");
+
+    /// The console of a guest that ran jitter and printed `report`.
+    fn console_with_report(report: &str) -> String {
+        format!(
+            "{CONSOLE}===JITTER-REPORT-BEGIN===\r\n{}\r\n===JITTER-REPORT-END=== exit=4\r\n",
+            report.trim_end().replace('\n', "\r\n")
+        )
+    }
+
     #[test]
-    fn jitter_report_complete_and_truncated() {
-        let done = format!(
-            "{CONSOLE}===JITTER-REPORT-BEGIN===\r\n{{\"assessment\": {{\"verdict\": \"INVALID\"}}}}\r\n===JITTER-REPORT-END=== exit=4\r\n"
+    fn jitter_report_reads_into_the_shared_types() {
+        let console = parse_console(&console_with_report(JITTER_REPORT));
+        let Some(JitterOutcome::Complete { exit, report }) = &console.jitter else {
+            panic!("{:?}", console.jitter);
+        };
+        assert_eq!(*exit, Some(4));
+        assert_eq!(report.verdict(), rtcheck::jitter::Verdict::Invalid);
+        assert_eq!(report.assessment.worst_us, 1431);
+        assert_eq!(report.tuning.rt_cpus.to_string(), "1");
+        let codes: Vec<_> = report.assessment.reasons.iter().map(|r| r.code).collect();
+        assert!(
+            codes.contains(&rtcheck::jitter::ReasonCode::Hypervisor),
+            "{codes:?}"
         );
-        match parse_console(&done).jitter {
-            Some(JitterOutcome::Complete { exit, report }) => {
-                assert_eq!(exit, Some(4));
-                assert_eq!(report["assessment"]["verdict"], "INVALID");
+
+        let output = BootOutput {
+            iso_sha256: "0".repeat(64),
+            accel: Accel::Tcg,
+            firmware: "bios".into(),
+            console_log: PathBuf::from("/c.log"),
+            evidence: evidence(&console),
+            seconds_to_banner: Some(1.0),
+            seconds_total: 2.0,
+            console: console.clone(),
+            functional_only: true,
+        };
+        let text = render(&output);
+        assert!(
+            text.contains("jitter: INVALID (exit 4), worst case 1431 us"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  - hypervisor: running under a hypervisor"),
+            "{text}"
+        );
+    }
+
+    /// ci/e2e reads `console.jitter.report.assessment.verdict` from the
+    /// pipeline JSON: the report must come out exactly as jitter wrote it.
+    #[test]
+    fn jitter_report_serializes_back_unchanged() {
+        let console = parse_console(&console_with_report(JITTER_REPORT));
+        let json = serde_json::to_value(&console).unwrap();
+        assert_eq!(json["jitter"]["state"], "complete");
+        assert_eq!(json["jitter"]["report"]["assessment"]["verdict"], "INVALID");
+        let written: serde_json::Value = serde_json::from_str(JITTER_REPORT).unwrap();
+        assert_eq!(json["jitter"]["report"], written);
+        // Stage stamps keep it as text and read it back.
+        let stamp = serde_json::to_string_pretty(&console).unwrap();
+        let back: ConsoleReport = serde_json::from_str(&stamp).unwrap();
+        assert_eq!(back, console);
+    }
+
+    #[test]
+    fn jitter_report_of_another_schema_is_refused() {
+        let other = JITTER_REPORT.replace("\"jitter-report/1\"", "\"jitter-report/2\"");
+        match parse_console(&console_with_report(&other)).jitter {
+            Some(JitterOutcome::Unreadable { reason }) => assert!(
+                reason.contains(
+                    r#"unknown jitter report schema "jitter-report/2": this build reads only jitter-report/1"#
+                ),
+                "{reason}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        // Valid JSON that is not a whole report is no report either.
+        match parse_console(&console_with_report(r#"{"assessment": {"verdict": "INVALID"}}"#)).jitter {
+            Some(JitterOutcome::Unreadable { reason }) => {
+                assert!(reason.contains("missing field"), "{reason}")
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn jitter_report_truncated_or_garbled() {
         let cut = format!("{CONSOLE}===JITTER-REPORT-BEGIN===\r\n{{\"assessment\": {{\"verd");
         assert!(matches!(
             parse_console(&cut).jitter,

@@ -102,10 +102,10 @@ fn execute(cli: &Cli) -> Result<u8> {
     };
     let report = run(&options, outputs.cyclictest)?;
     if outputs.json_to_stdout {
-        eprint!("{}", report.table());
+        eprint!("{}", report::table(&report));
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print!("{}", report.table());
+        print!("{}", report::table(&report));
     }
     if let Some(file) = outputs.json {
         file.write((serde_json::to_string_pretty(&report)? + "\n").as_bytes())?;
@@ -113,7 +113,7 @@ fn execute(cli: &Cli) -> Result<u8> {
     if let Some(file) = outputs.svg {
         file.write(report::svg(&report)?.as_bytes())?;
     }
-    Ok(report.verdict().exit_code())
+    Ok(crate::verdict::exit_code(report.verdict()))
 }
 
 /// Every file the run writes, opened before it measures.

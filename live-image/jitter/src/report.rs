@@ -1,65 +1,11 @@
-//! The report: a human table, versioned JSON, and an OSADL-style SVG plot.
+//! The report: a human table, versioned JSON (the shared types of
+//! [`rtcheck::jitter`]), and an OSADL-style SVG plot.
 
 use std::fmt::Write as _;
 
-use rtcheck::Evidence;
-use serde::{Deserialize, Serialize};
+pub use rtcheck::jitter::{CoreStats, KernelInfo, Report, RunInfo, SCHEMA, Tuning};
 
-use crate::cpus::CpuSet;
 use crate::cyclictest::ThreadResult;
-use crate::system::Irq;
-use crate::verdict::{Assessment, LoadReport, Verdict};
-
-/// Bumped on any incompatible change to the JSON report.
-pub const SCHEMA: &str = "jitter-report/1";
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct KernelInfo {
-    pub release: String,
-    pub uts_version: String,
-    pub preempt_rt: bool,
-    pub evidence: Evidence,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Tuning {
-    pub rt_cpus: CpuSet,
-    pub housekeeping: CpuSet,
-    pub cmdline_isolated: CpuSet,
-    pub sysfs_isolated: CpuSet,
-    pub nohz_full: CpuSet,
-    pub irqs_on_rt_cpus: Vec<Irq>,
-    pub governors: std::collections::BTreeMap<u32, Option<String>>,
-    pub hypervisor: Option<String>,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct RunInfo {
-    pub duration_s: u64,
-    pub interval_us: u32,
-    pub priority: u32,
-    pub budget_us: u64,
-    pub histogram_max_us: u32,
-    pub cyclictest_args: Vec<String>,
-    pub load: LoadReport,
-    /// True under emulation or virtualization, where latencies are functional only.
-    pub functional_only: bool,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct CoreStats {
-    pub cpu: Option<u32>,
-    pub samples: u64,
-    pub min_us: u64,
-    pub avg_us: f64,
-    /// `None` when the percentile falls in the histogram overflow.
-    pub p99_us: Option<u64>,
-    pub p99_9_us: Option<u64>,
-    pub max_us: u64,
-    pub overflows: u64,
-    /// `[latency_us, count]` for every non-empty bucket.
-    pub histogram: Vec<(u64, u64)>,
-}
 
 impl From<&ThreadResult> for CoreStats {
     fn from(t: &ThreadResult) -> Self {
@@ -83,107 +29,81 @@ impl From<&ThreadResult> for CoreStats {
     }
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Report {
-    pub schema: String,
-    pub jitter_version: String,
-    pub kernel: KernelInfo,
-    pub cmdline: String,
-    pub tuning: Tuning,
-    pub run: RunInfo,
-    pub cores: Vec<CoreStats>,
-    pub assessment: Assessment,
-}
-
 fn opt(v: Option<u64>) -> String {
     v.map_or("ovfl".to_string(), |v| v.to_string())
 }
 
-impl Report {
-    pub fn verdict(&self) -> Verdict {
-        self.assessment.verdict
+/// The human table printed on stdout.
+pub fn table(report: &Report) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "jitter {}: cyclictest {} s, interval {} us, budget {} us",
+        report.jitter_version, report.run.duration_s, report.run.interval_us, report.run.budget_us
+    );
+    let _ = writeln!(
+        out,
+        "kernel   {} {} (PREEMPT_RT: {})",
+        report.kernel.release,
+        report.kernel.uts_version,
+        if report.kernel.preempt_rt { "yes" } else { "NO" }
+    );
+    let _ = writeln!(
+        out,
+        "cpus     RT {} | housekeeping {}",
+        report.tuning.rt_cpus, report.tuning.housekeeping
+    );
+    let load = &report.run.load;
+    if load.enabled {
+        let _ = writeln!(
+            out,
+            "load     on cpu {}: hackbench x{}, {} burner(s), {} MiB written to tmpfs",
+            load.cpus,
+            load.hackbench_runs,
+            load.burner_threads,
+            load.io_bytes >> 20
+        );
+    } else {
+        let _ = writeln!(out, "load     none (--no-load)");
     }
-
-    /// The human table printed on stdout.
-    pub fn table(&self) -> String {
-        let mut out = String::new();
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "{:>5} {:>10} {:>6} {:>8} {:>6} {:>7} {:>7} {:>9}",
+        "cpu", "samples", "min", "avg", "p99", "p99.9", "max", "overflow"
+    );
+    for core in &report.cores {
         let _ = writeln!(
             out,
-            "jitter {}: cyclictest {} s, interval {} us, budget {} us",
-            self.jitter_version, self.run.duration_s, self.run.interval_us, self.run.budget_us
+            "{:>5} {:>10} {:>6} {:>8.1} {:>6} {:>7} {:>7} {:>9}",
+            core.cpu.map_or("?".into(), |c| c.to_string()),
+            core.samples,
+            core.min_us,
+            core.avg_us,
+            opt(core.p99_us),
+            opt(core.p99_9_us),
+            core.max_us,
+            core.overflows
         );
-        let _ = writeln!(
-            out,
-            "kernel   {} {} (PREEMPT_RT: {})",
-            self.kernel.release,
-            self.kernel.uts_version,
-            if self.kernel.preempt_rt { "yes" } else { "NO" }
-        );
-        let _ = writeln!(
-            out,
-            "cpus     RT {} | housekeeping {}",
-            self.tuning.rt_cpus, self.tuning.housekeeping
-        );
-        let load = &self.run.load;
-        if load.enabled {
-            let _ = writeln!(
-                out,
-                "load     on cpu {}: hackbench x{}, {} burner(s), {} MiB written to tmpfs",
-                load.cpus,
-                load.hackbench_runs,
-                load.burner_threads,
-                load.io_bytes >> 20
-            );
-        } else {
-            let _ = writeln!(out, "load     none (--no-load)");
-        }
-        let _ = writeln!(out);
-        let _ = writeln!(
-            out,
-            "{:>5} {:>10} {:>6} {:>8} {:>6} {:>7} {:>7} {:>9}",
-            "cpu", "samples", "min", "avg", "p99", "p99.9", "max", "overflow"
-        );
-        for core in &self.cores {
-            let _ = writeln!(
-                out,
-                "{:>5} {:>10} {:>6} {:>8.1} {:>6} {:>7} {:>7} {:>9}",
-                core.cpu.map_or("?".into(), |c| c.to_string()),
-                core.samples,
-                core.min_us,
-                core.avg_us,
-                opt(core.p99_us),
-                opt(core.p99_9_us),
-                core.max_us,
-                core.overflows
-            );
-        }
-        let _ = writeln!(out);
-        let worst_cpu = self.assessment.worst_cpu.map_or("?".into(), |c| c.to_string());
-        let _ = writeln!(
-            out,
-            "worst case: {} us on cpu {} (budget {} us)",
-            self.assessment.worst_us, worst_cpu, self.run.budget_us
-        );
-        if self.run.functional_only {
-            let _ = writeln!(
-                out,
-                "note: virtualized or emulated CPU: latency figures are functional only"
-            );
-        }
-        let _ = writeln!(out, "VERDICT: {}", self.assessment.verdict);
-        for reason in &self.assessment.reasons {
-            let _ = writeln!(
-                out,
-                "  - {}: {}",
-                serde_json::to_value(reason.code)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default(),
-                reason.detail
-            );
-        }
-        out
     }
+    let _ = writeln!(out);
+    let worst_cpu = report.assessment.worst_cpu.map_or("?".into(), |c| c.to_string());
+    let _ = writeln!(
+        out,
+        "worst case: {} us on cpu {} (budget {} us)",
+        report.assessment.worst_us, worst_cpu, report.run.budget_us
+    );
+    if report.run.functional_only {
+        let _ = writeln!(
+            out,
+            "note: virtualized or emulated CPU: latency figures are functional only"
+        );
+    }
+    let _ = writeln!(out, "VERDICT: {}", report.assessment.verdict);
+    for reason in &report.assessment.reasons {
+        let _ = writeln!(out, "  - {}: {}", reason.code, reason.detail);
+    }
+    out
 }
 
 /// Draws the latency histograms: latency on x, log-scale count on y, one
@@ -255,4 +175,30 @@ pub fn svg(report: &Report) -> anyhow::Result<String> {
         root.present().map_err(|e| anyhow::anyhow!("{e}"))?;
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_names_the_verdict_and_each_reason_by_its_code() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/jitter-report-1.json");
+        let report: Report = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let table = table(&report);
+        assert!(table.contains("cpus     RT 1 | housekeeping 0"), "{table}");
+        assert!(
+            table.contains("worst case: 1431 us on cpu 1 (budget 100 us)"),
+            "{table}"
+        );
+        assert!(table.contains("VERDICT: INVALID"), "{table}");
+        assert!(
+            table.contains("  - irqs-on-rt-cpus: 1 IRQs may fire on RT CPUs"),
+            "{table}"
+        );
+        assert!(
+            table.contains("  - hypervisor: running under a hypervisor"),
+            "{table}"
+        );
+    }
 }

@@ -12,7 +12,7 @@ use tempfile::NamedTempFile;
 
 use crate::child::die_with_jitter;
 use crate::cpus::{CpuSet, isolated_by_cmdline};
-use crate::cyclictest::{self, RunParams};
+use crate::cyclictest::{self, RunParams, ThreadResult};
 use crate::load::{Load, pin_current_thread};
 use crate::output::OutputFile;
 use crate::report::{CoreStats, KernelInfo, Report, RunInfo, SCHEMA, Tuning};
@@ -294,6 +294,25 @@ pub fn run(options: &Options, save_cyclictest: Option<OutputFile>) -> Result<Rep
         .context("parsing cyclictest's JSON")?;
     let threads = cyclictest::combine(text, json, &rt_cpus);
 
+    Ok(build_report(
+        options,
+        &system,
+        (rt_cpus, housekeeping),
+        args,
+        load_report,
+        &threads,
+    ))
+}
+
+/// The report of one measurement: the assessment and every figure behind it.
+pub fn build_report(
+    options: &Options,
+    system: &SystemState,
+    (rt_cpus, housekeeping): (CpuSet, CpuSet),
+    args: Vec<String>,
+    load_report: LoadReport,
+    threads: &[ThreadResult],
+) -> Report {
     let cmdline_isolated = isolated_by_cmdline(&system.cmdline);
     let assessment = verdict::assess(&verdict::Inputs {
         kernel: &system.kernel,
@@ -303,7 +322,7 @@ pub fn run(options: &Options, save_cyclictest: Option<OutputFile>) -> Result<Rep
         irqs: &system.irqs,
         governors: &system.governors,
         hypervisor: system.hypervisor.as_deref(),
-        threads: &threads,
+        threads,
         duration_s: options.duration_s,
         interval_us: options.interval_us,
         budget_us: options.budget_us,
@@ -315,7 +334,7 @@ pub fn run(options: &Options, save_cyclictest: Option<OutputFile>) -> Result<Rep
         .filter(|i| !i.effective.intersection(&rt_cpus).is_empty())
         .cloned()
         .collect();
-    Ok(Report {
+    Report {
         schema: SCHEMA.into(),
         jitter_version: env!("CARGO_PKG_VERSION").into(),
         kernel: KernelInfo {
@@ -351,12 +370,13 @@ pub fn run(options: &Options, save_cyclictest: Option<OutputFile>) -> Result<Rep
         },
         cores: threads.iter().map(CoreStats::from).collect(),
         assessment,
-    })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::system::Irq;
 
     fn options() -> Options {
         Options {
@@ -377,6 +397,85 @@ mod tests {
             cmdline: cmdline.into(),
             ..SystemState::default()
         }
+    }
+
+    /// A report built from the cyclictest fixtures on a 2-CPU VM with a
+    /// PREEMPT_RT kernel: what `jitter --json` writes for that measurement.
+    fn fixture_report() -> Report {
+        let fixture = |name: &str| {
+            let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures")
+                .join(name);
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        };
+        let rt_cpus = CpuSet::parse("1").unwrap();
+        let housekeeping = CpuSet::parse("0").unwrap();
+        let text = cyclictest::parse_histogram(&fixture("rt-tests-2.4-histogram.txt")).unwrap();
+        let json = cyclictest::parse_json(&fixture("rt-tests-2.4-histogram.json")).unwrap();
+        let threads = cyclictest::combine(text, Some(json), &CpuSet::parse("0-1").unwrap());
+        let uts_version = "#1 SMP PREEMPT_RT Sun Nov 30 00:00:00 UTC 2025";
+        let system = SystemState {
+            release: "6.12.117-rt".into(),
+            uts_version: uts_version.into(),
+            kernel: rtcheck::evidence::check_running_kernel(uts_version, Some("CONFIG_PREEMPT_RT=y\n")),
+            cmdline: "console=ttyS0 isolcpus=managed_irq,domain,1 nohz_full=1".into(),
+            online: CpuSet::parse("0-1").unwrap(),
+            isolated: rt_cpus.clone(),
+            nohz_full: rt_cpus.clone(),
+            irqs: vec![
+                Irq {
+                    irq: "4".into(),
+                    effective: CpuSet::parse("0").unwrap(),
+                },
+                Irq {
+                    irq: "24".into(),
+                    effective: CpuSet::parse("0-1").unwrap(),
+                },
+            ],
+            governors: [(0, None), (1, Some("powersave".to_string()))]
+                .into_iter()
+                .collect(),
+            hypervisor: Some("CPUID hypervisor bit set".into()),
+        };
+        let load = LoadReport {
+            enabled: true,
+            hackbench_runs: 4,
+            hackbench_failures: 0,
+            burner_threads: 1,
+            io_bytes: 3 << 20,
+            cpus: housekeeping.clone(),
+        };
+        let options = Options {
+            duration_s: 2,
+            histogram_max_us: 60,
+            ..options()
+        };
+        let args = vec![
+            "-m".to_string(),
+            "-q".to_string(),
+            "-h".to_string(),
+            "60".to_string(),
+        ];
+        let mut report = build_report(&options, &system, (rt_cpus, housekeeping), args, load, &threads);
+        report.jitter_version = "0.1.0".into();
+        report
+    }
+
+    /// The JSON report is a contract with imgbuild's boot stage and ci/e2e:
+    /// it must serialize byte for byte as the committed `jitter-report/1`
+    /// fixture (set JITTER_BLESS=1 to rewrite it after a schema bump).
+    #[test]
+    fn json_report_matches_the_schema_fixture() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/jitter-report-1.json");
+        let json = serde_json::to_string_pretty(&fixture_report()).unwrap() + "\n";
+        if std::env::var_os("JITTER_BLESS").is_some() {
+            std::fs::write(&path, &json).unwrap();
+        }
+        let expected = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(
+            json, expected,
+            "the jitter-report/1 JSON changed; bump SCHEMA if intended"
+        );
     }
 
     #[test]

@@ -8,12 +8,7 @@ use rtcheck::Evidence;
 use serde::{Deserialize, Serialize};
 
 use crate::cpus::CpuSet;
-
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Irq {
-    pub irq: String,
-    pub effective: CpuSet,
-}
+pub use rtcheck::jitter::Irq;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct SystemState {

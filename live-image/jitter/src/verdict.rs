@@ -2,98 +2,43 @@
 //! cannot be trusted. Pure: everything it needs is passed in.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use rtcheck::Evidence;
-use serde::{Deserialize, Serialize};
+pub use rtcheck::jitter::{Assessment, LoadReport, Reason, ReasonCode, Verdict};
 
 use crate::cpus::CpuSet;
 use crate::cyclictest::ThreadResult;
 use crate::system::Irq;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "UPPERCASE")]
-pub enum Verdict {
-    Pass,
-    Fail,
-    Invalid,
-}
-
-impl Verdict {
-    /// 0 PASS, 3 FAIL, 4 INVALID (1 and 2 are errors and usage).
-    pub fn exit_code(self) -> u8 {
-        match self {
-            Verdict::Pass => 0,
-            Verdict::Fail => 3,
-            Verdict::Invalid => 4,
-        }
+/// The process exit status for a verdict: 0 PASS, 3 FAIL, 4 INVALID (1 and 2
+/// are errors and usage).
+pub fn exit_code(verdict: Verdict) -> u8 {
+    match verdict {
+        Verdict::Pass => 0,
+        Verdict::Fail => 3,
+        Verdict::Invalid => 4,
     }
 }
 
-impl fmt::Display for Verdict {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Verdict::Pass => "PASS",
-            Verdict::Fail => "FAIL",
-            Verdict::Invalid => "INVALID",
-        })
+/// `None` when the load ran as intended, else why not.
+pub fn load_problem(load: &LoadReport) -> Option<String> {
+    if !load.enabled {
+        return Some("load disabled (--no-load): an idle system says nothing about the worst case".into());
     }
-}
-
-/// Why a measurement cannot be trusted. The codes are part of the JSON schema.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ReasonCode {
-    NotPreemptRt,
-    NotIsolated,
-    IrqsOnRtCpus,
-    GovernorNotPerformance,
-    Hypervisor,
-    TooFewSamples,
-    LoadDidNotRun,
-    HistogramOverflow,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Reason {
-    pub code: ReasonCode,
-    pub detail: String,
-}
-
-/// What the load generator did.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LoadReport {
-    pub enabled: bool,
-    pub hackbench_runs: u64,
-    pub hackbench_failures: u64,
-    pub burner_threads: u32,
-    pub io_bytes: u64,
-    pub cpus: CpuSet,
-}
-
-impl LoadReport {
-    /// `None` when the load ran as intended, else why not.
-    pub fn problem(&self) -> Option<String> {
-        if !self.enabled {
-            return Some(
-                "load disabled (--no-load): an idle system says nothing about the worst case".into(),
-            );
-        }
-        let mut problems = Vec::new();
-        if self.hackbench_runs == 0 {
-            problems.push("hackbench never ran".to_string());
-        }
-        if self.hackbench_failures > 0 {
-            problems.push(format!("hackbench failed {} times", self.hackbench_failures));
-        }
-        if self.burner_threads == 0 {
-            problems.push("no CPU burner ran".to_string());
-        }
-        if self.io_bytes == 0 {
-            problems.push("the I/O writer wrote nothing".to_string());
-        }
-        (!problems.is_empty()).then(|| problems.join("; "))
+    let mut problems = Vec::new();
+    if load.hackbench_runs == 0 {
+        problems.push("hackbench never ran".to_string());
     }
+    if load.hackbench_failures > 0 {
+        problems.push(format!("hackbench failed {} times", load.hackbench_failures));
+    }
+    if load.burner_threads == 0 {
+        problems.push("no CPU burner ran".to_string());
+    }
+    if load.io_bytes == 0 {
+        problems.push("the I/O writer wrote nothing".to_string());
+    }
+    (!problems.is_empty()).then(|| problems.join("; "))
 }
 
 pub struct Inputs<'a> {
@@ -111,16 +56,6 @@ pub struct Inputs<'a> {
     pub interval_us: u32,
     pub budget_us: u64,
     pub load: &'a LoadReport,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Assessment {
-    pub verdict: Verdict,
-    pub reasons: Vec<Reason>,
-    pub worst_cpu: Option<u32>,
-    pub worst_us: u64,
-    /// Samples each core needed (95% of duration / interval).
-    pub samples_needed: u64,
 }
 
 /// Samples a core must deliver: 95% of what the duration and interval allow.
@@ -234,7 +169,7 @@ pub fn assess(inputs: &Inputs) -> Assessment {
         );
     }
 
-    if let Some(problem) = inputs.load.problem() {
+    if let Some(problem) = load_problem(inputs.load) {
         add(ReasonCode::LoadDidNotRun, problem);
     }
 
@@ -420,7 +355,8 @@ mod tests {
         both.threads[0].max_us = 5000;
         both.hypervisor = Some("x");
         assert_eq!(run(&both).verdict, Verdict::Invalid);
-        assert_eq!(Verdict::Invalid.exit_code(), 4);
-        assert_eq!(Verdict::Fail.exit_code(), 3);
+        assert_eq!(exit_code(Verdict::Invalid), 4);
+        assert_eq!(exit_code(Verdict::Fail), 3);
+        assert_eq!(exit_code(Verdict::Pass), 0);
     }
 }

@@ -1,0 +1,469 @@
+//! The JSON report of the on-target `jitter` tool (schema `jitter-report/1`):
+//! the data types only, shared by `jitter`, which writes it, and imgbuild's
+//! boot stage, which reads it back from the serial console. How a report is
+//! measured, judged and drawn stays in `jitter`.
+//!
+//! The field names and their order are the serialized form: the report is
+//! also read by scripts, so a change here is a schema change.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::Evidence;
+
+/// Bumped on any incompatible change to the JSON report.
+pub const SCHEMA: &str = "jitter-report/1";
+
+/// A report whose `schema` is not [`SCHEMA`]: written by a jitter this build
+/// cannot read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown jitter report schema {found:?}: this build reads only {SCHEMA}")]
+pub struct UnknownSchema {
+    pub found: String,
+}
+
+/// Accepts only [`SCHEMA`]. `jitter` writes `schema` first, so a report of
+/// another schema is refused for that before any other field is looked at.
+fn known_schema<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    let found = String::deserialize(deserializer)?;
+    if found != SCHEMA {
+        return Err(serde::de::Error::custom(UnknownSchema { found }));
+    }
+    Ok(found)
+}
+
+/// A map keyed by CPU number. JSON writes the keys as strings; they are read
+/// back whether the deserializer hands them over as text or as numbers, so a
+/// report also reads inside a buffered (internally tagged) enum, where serde
+/// does not turn `"0"` into a number by itself.
+fn per_cpu<'de, D, V>(deserializer: D) -> Result<BTreeMap<u32, V>, D::Error>
+where
+    D: Deserializer<'de>,
+    V: Deserialize<'de>,
+{
+    let keyed: BTreeMap<CpuNumber, V> = BTreeMap::deserialize(deserializer)?;
+    Ok(keyed.into_iter().map(|(cpu, value)| (cpu.0, value)).collect())
+}
+
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct CpuNumber(u32);
+
+impl<'de> Deserialize<'de> for CpuNumber {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = CpuNumber;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a CPU number")
+            }
+            fn visit_u64<E: serde::de::Error>(self, cpu: u64) -> Result<CpuNumber, E> {
+                u32::try_from(cpu).map(CpuNumber).map_err(E::custom)
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<CpuNumber, E> {
+                text.parse()
+                    .map(CpuNumber)
+                    .map_err(|_| E::custom(format!("{text:?} is not a CPU number")))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
+/// A set of CPUs; serialized in the kernel's list form, `0-3,5`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub struct CpuSet(pub BTreeSet<u32>);
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{text:?} is not a CPU list like 0-3,5")]
+pub struct CpuListError {
+    pub text: String,
+}
+
+/// The highest CPU number a list may name (the kernel's NR_CPUS limit).
+const MAX_CPU: u32 = 8191;
+
+impl CpuSet {
+    /// Parses `0-3,5`; an empty string (or the kernel's `(null)`) is the empty set.
+    pub fn parse(text: &str) -> Result<CpuSet, CpuListError> {
+        let text = text.trim();
+        let mut set = BTreeSet::new();
+        if text.is_empty() || text == "(null)" {
+            return Ok(CpuSet(set));
+        }
+        for part in text.split(',') {
+            let (low, high) = parse_range(part.trim()).ok_or_else(|| CpuListError {
+                text: text.to_string(),
+            })?;
+            set.extend(low..=high);
+        }
+        Ok(CpuSet(set))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn contains(&self, cpu: u32) -> bool {
+        self.0.contains(&cpu)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+        self.0.iter().copied()
+    }
+
+    pub fn union(&self, other: &CpuSet) -> CpuSet {
+        CpuSet(self.0.union(&other.0).copied().collect())
+    }
+
+    pub fn difference(&self, other: &CpuSet) -> CpuSet {
+        CpuSet(self.0.difference(&other.0).copied().collect())
+    }
+
+    pub fn intersection(&self, other: &CpuSet) -> CpuSet {
+        CpuSet(self.0.intersection(&other.0).copied().collect())
+    }
+
+    pub fn is_subset(&self, other: &CpuSet) -> bool {
+        self.0.is_subset(&other.0)
+    }
+}
+
+/// `3` or `1-4`, as an inclusive range within [`MAX_CPU`].
+fn parse_range(part: &str) -> Option<(u32, u32)> {
+    let (low, high) = match part.split_once('-') {
+        Some((low, high)) => (low.parse().ok()?, high.parse().ok()?),
+        None => {
+            let cpu = part.parse().ok()?;
+            (cpu, cpu)
+        }
+    };
+    (low <= high && high <= MAX_CPU).then_some((low, high))
+}
+
+impl fmt::Display for CpuSet {
+    /// The compact kernel form, `0-3,5`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut ranges: Vec<(u32, u32)> = Vec::new();
+        for cpu in self.iter() {
+            match ranges.last_mut() {
+                Some((_, end)) if *end + 1 == cpu => *end = cpu,
+                _ => ranges.push((cpu, cpu)),
+            }
+        }
+        let parts: Vec<String> = ranges
+            .into_iter()
+            .map(|(start, end)| {
+                if start == end {
+                    start.to_string()
+                } else {
+                    format!("{start}-{end}")
+                }
+            })
+            .collect();
+        f.write_str(&parts.join(","))
+    }
+}
+
+impl From<CpuSet> for String {
+    fn from(set: CpuSet) -> String {
+        set.to_string()
+    }
+}
+
+impl TryFrom<String> for CpuSet {
+    type Error = CpuListError;
+    fn try_from(text: String) -> Result<Self, Self::Error> {
+        CpuSet::parse(&text)
+    }
+}
+
+/// An interrupt and the CPUs it is delivered to.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Irq {
+    pub irq: String,
+    pub effective: CpuSet,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Verdict {
+    Pass,
+    Fail,
+    Invalid,
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Verdict::Pass => "PASS",
+            Verdict::Fail => "FAIL",
+            Verdict::Invalid => "INVALID",
+        })
+    }
+}
+
+/// Why a measurement cannot be trusted. The codes are part of the JSON schema.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReasonCode {
+    NotPreemptRt,
+    NotIsolated,
+    IrqsOnRtCpus,
+    GovernorNotPerformance,
+    Hypervisor,
+    TooFewSamples,
+    LoadDidNotRun,
+    HistogramOverflow,
+}
+
+impl ReasonCode {
+    pub const ALL: [ReasonCode; 8] = [
+        ReasonCode::NotPreemptRt,
+        ReasonCode::NotIsolated,
+        ReasonCode::IrqsOnRtCpus,
+        ReasonCode::GovernorNotPerformance,
+        ReasonCode::Hypervisor,
+        ReasonCode::TooFewSamples,
+        ReasonCode::LoadDidNotRun,
+        ReasonCode::HistogramOverflow,
+    ];
+
+    /// The code as the JSON report spells it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ReasonCode::NotPreemptRt => "not-preempt-rt",
+            ReasonCode::NotIsolated => "not-isolated",
+            ReasonCode::IrqsOnRtCpus => "irqs-on-rt-cpus",
+            ReasonCode::GovernorNotPerformance => "governor-not-performance",
+            ReasonCode::Hypervisor => "hypervisor",
+            ReasonCode::TooFewSamples => "too-few-samples",
+            ReasonCode::LoadDidNotRun => "load-did-not-run",
+            ReasonCode::HistogramOverflow => "histogram-overflow",
+        }
+    }
+}
+
+impl fmt::Display for ReasonCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reason {
+    pub code: ReasonCode,
+    pub detail: String,
+}
+
+/// What the load generator did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoadReport {
+    pub enabled: bool,
+    pub hackbench_runs: u64,
+    pub hackbench_failures: u64,
+    pub burner_threads: u32,
+    pub io_bytes: u64,
+    pub cpus: CpuSet,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Assessment {
+    pub verdict: Verdict,
+    pub reasons: Vec<Reason>,
+    pub worst_cpu: Option<u32>,
+    pub worst_us: u64,
+    /// Samples each core needed (95% of duration / interval).
+    pub samples_needed: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KernelInfo {
+    pub release: String,
+    pub uts_version: String,
+    pub preempt_rt: bool,
+    pub evidence: Evidence,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Tuning {
+    pub rt_cpus: CpuSet,
+    pub housekeeping: CpuSet,
+    pub cmdline_isolated: CpuSet,
+    pub sysfs_isolated: CpuSet,
+    pub nohz_full: CpuSet,
+    pub irqs_on_rt_cpus: Vec<Irq>,
+    /// Governor per CPU; `None` when the CPU has no cpufreq.
+    #[serde(deserialize_with = "per_cpu")]
+    pub governors: BTreeMap<u32, Option<String>>,
+    pub hypervisor: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunInfo {
+    pub duration_s: u64,
+    pub interval_us: u32,
+    pub priority: u32,
+    pub budget_us: u64,
+    pub histogram_max_us: u32,
+    pub cyclictest_args: Vec<String>,
+    pub load: LoadReport,
+    /// True under emulation or virtualization, where latencies are functional only.
+    pub functional_only: bool,
+}
+
+/// One measured core.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CoreStats {
+    pub cpu: Option<u32>,
+    pub samples: u64,
+    pub min_us: u64,
+    pub avg_us: f64,
+    /// `None` when the percentile falls in the histogram overflow.
+    pub p99_us: Option<u64>,
+    pub p99_9_us: Option<u64>,
+    pub max_us: u64,
+    pub overflows: u64,
+    /// `[latency_us, count]` for every non-empty bucket.
+    pub histogram: Vec<(u64, u64)>,
+}
+
+/// The whole report. Deserializing refuses any `schema` but [`SCHEMA`]
+/// (the error's text carries [`UnknownSchema`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    #[serde(deserialize_with = "known_schema")]
+    pub schema: String,
+    pub jitter_version: String,
+    pub kernel: KernelInfo,
+    pub cmdline: String,
+    pub tuning: Tuning,
+    pub run: RunInfo,
+    pub cores: Vec<CoreStats>,
+    pub assessment: Assessment,
+}
+
+impl Report {
+    pub fn verdict(&self) -> Verdict {
+        self.assessment.verdict
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_and_format() {
+        let set = CpuSet::parse("0-3,5,7-8").unwrap();
+        assert_eq!(set.iter().collect::<Vec<_>>(), vec![0, 1, 2, 3, 5, 7, 8]);
+        assert_eq!(set.to_string(), "0-3,5,7-8");
+        assert!(CpuSet::parse("(null)\n").unwrap().is_empty());
+        assert!(CpuSet::parse("").unwrap().is_empty());
+        assert_eq!(CpuSet::parse("8191").unwrap().to_string(), "8191");
+        for bad in ["a", "3-1", "1-", "1,,2", "0-99999", "8192", "-1"] {
+            assert_eq!(
+                CpuSet::parse(bad),
+                Err(CpuListError { text: bad.into() }),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn cpu_set_serializes_as_a_kernel_list() {
+        let set = CpuSet::parse("0-2,4").unwrap();
+        assert_eq!(serde_json::to_string(&set).unwrap(), "\"0-2,4\"");
+        assert_eq!(serde_json::from_str::<CpuSet>("\"0-2,4\"").unwrap(), set);
+        let error = serde_json::from_str::<CpuSet>("\"0-x\"").unwrap_err();
+        assert!(error.to_string().contains("is not a CPU list"), "{error}");
+    }
+
+    #[test]
+    fn reason_codes_read_as_serialized() {
+        for code in ReasonCode::ALL {
+            let json = serde_json::to_string(&code).unwrap();
+            assert_eq!(json, format!("\"{code}\""));
+            assert_eq!(serde_json::from_str::<ReasonCode>(&json).unwrap(), code);
+        }
+        assert_eq!(serde_json::to_string(&Verdict::Invalid).unwrap(), "\"INVALID\"");
+        assert_eq!(Verdict::Fail.to_string(), "FAIL");
+    }
+
+    /// What `jitter --json` writes (see that crate's golden test).
+    const FIXTURE: &str = include_str!("../../live-image/jitter/tests/fixtures/jitter-report-1.json");
+
+    #[test]
+    fn fixture_round_trips_byte_for_byte() {
+        let report: Report = serde_json::from_str(FIXTURE).unwrap();
+        assert_eq!(report.schema, SCHEMA);
+        assert_eq!(report.verdict(), Verdict::Invalid);
+        assert_eq!(report.tuning.rt_cpus, CpuSet::parse("1").unwrap());
+        assert_eq!(report.cores.len(), 2);
+        assert_eq!(serde_json::to_string_pretty(&report).unwrap() + "\n", FIXTURE);
+    }
+
+    /// imgbuild keeps the report inside an internally tagged enum, which
+    /// serde buffers: the CPU-keyed maps must still read.
+    #[test]
+    fn fixture_reads_inside_a_tagged_enum() {
+        #[derive(Debug, Deserialize)]
+        #[serde(tag = "state")]
+        enum Outcome {
+            Complete { report: Report },
+        }
+        let json = format!(r#"{{"state": "Complete", "report": {FIXTURE}}}"#);
+        let Outcome::Complete { report } = serde_json::from_str(&json).unwrap();
+        assert_eq!(
+            report.tuning.governors.get(&1),
+            Some(&Some("powersave".to_string()))
+        );
+        assert_eq!(report.tuning.governors.get(&0), Some(&None));
+        let bad = FIXTURE.replace(r#""1": "powersave""#, r#""one": "powersave""#);
+        let error = serde_json::from_str::<Report>(&bad).unwrap_err();
+        assert!(
+            error.to_string().contains(r#""one" is not a CPU number"#),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn other_schemas_are_refused_by_name() {
+        let other = FIXTURE.replace(SCHEMA, "jitter-report/2");
+        let error = serde_json::from_str::<Report>(&other).unwrap_err();
+        assert!(
+            error.to_string().contains(
+                r#"unknown jitter report schema "jitter-report/2": this build reads only jitter-report/1"#
+            ),
+            "{error}"
+        );
+        // Refused for its schema, not for whatever else changed with it.
+        let error =
+            serde_json::from_str::<Report>(r#"{"schema": "jitter-report/2", "cores": {}}"#).unwrap_err();
+        assert!(
+            error.to_string().contains("unknown jitter report schema"),
+            "{error}"
+        );
+        let error = serde_json::from_str::<Report>(r#"{"schema": 2}"#).unwrap_err();
+        assert!(error.to_string().contains("invalid type"), "{error}");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn round_trip(cpus in proptest::collection::btree_set(0u32..64, 0..20)) {
+            let set = CpuSet(cpus);
+            proptest::prop_assert_eq!(CpuSet::parse(&set.to_string()).unwrap(), set);
+        }
+
+        #[test]
+        fn never_panics(text in "\\PC*") {
+            let _ = CpuSet::parse(&text);
+        }
+    }
+}
