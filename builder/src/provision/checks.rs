@@ -77,6 +77,19 @@ pub fn medium_path(path: &str) -> Verdict {
     })
 }
 
+/// A medium path that is not `provision.yaml` itself, nor under it. FAT
+/// compares names without case, so neither does this.
+pub fn not_the_provision_file(path: &str) -> Verdict {
+    let file = super::MEDIUM_FILE.rsplit('/').next().expect("has a name");
+    let first = path.split('/').next().unwrap_or_default();
+    if first.eq_ignore_ascii_case(file) {
+        return Err(format!(
+            "{path:?} is where the medium keeps `{file}`: give the key its own name"
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,5 +166,9 @@ mod tests {
         }
         assert!(medium_path("../x").unwrap_err().contains("`..`"));
         assert!(medium_path("/x").unwrap_err().contains("absolute"));
+        for clash in ["provision.yaml", "PROVISION.YAML", "provision.yaml/k.asc"] {
+            assert!(not_the_provision_file(clash).is_err(), "{clash:?}");
+        }
+        not_the_provision_file("keys/provision.yaml").unwrap();
     }
 }

@@ -171,6 +171,7 @@ pub fn parse(text: &str, file: &str) -> Result<Provision, ProvisionError> {
             checks::remote_url(&remote.url).map_err(|e| error("update-remote.url", e))?;
             if let Some(key) = &remote.gpg_key {
                 checks::medium_path(key).map_err(|e| error("update-remote.gpg-key", e))?;
+                checks::not_the_provision_file(key).map_err(|e| error("update-remote.gpg-key", e))?;
             }
             Ok(UpdateRemote {
                 url: remote.url,
