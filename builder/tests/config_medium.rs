@@ -11,7 +11,8 @@ use predicates::str::contains;
 
 const KEY: &str =
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMb0BNNQoj3nWEsjM+9r/UoI4GBWm7F3uUbLuQGNTzYr ops@example.org";
-const PUBLIC_KEY: &str = "-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nmQINBGV0ZXN0\n=abcd\n-----END PGP PUBLIC KEY BLOCK-----\n";
+const PUBLIC_KEY: &str =
+    "-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nmQINBGV0ZXN0\n=abcd\n-----END PGP PUBLIC KEY BLOCK-----\n";
 
 fn imgbuild() -> Command {
     Command::cargo_bin("imgbuild").unwrap()
@@ -64,7 +65,11 @@ fn mtools(tool: &str, image: &Path, args: &[&str]) -> String {
         .args(args)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{tool}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{tool}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap()
 }
 
@@ -140,7 +145,11 @@ fn same_input_gives_the_same_image() {
     };
     let first = build("a.img", "UTC");
     std::thread::sleep(std::time::Duration::from_millis(1100));
-    assert_eq!(first, build("b.img", "America/New_York"), "time and zone must not leak in");
+    assert_eq!(
+        first,
+        build("b.img", "America/New_York"),
+        "time and zone must not leak in"
+    );
 
     // The content, and SOURCE_DATE_EPOCH, do change it.
     let epoch = dir.path().join("epoch.img");
@@ -215,7 +224,11 @@ fn the_key_file_must_be_a_public_key_inside_the_yaml_dir() {
     std::fs::write(outside.path().join("host.asc"), PUBLIC_KEY).unwrap();
     let (dir, yaml) = workspace(&provision_text());
     std::fs::remove_file(dir.path().join("keys/publisher.asc")).unwrap();
-    std::os::unix::fs::symlink(outside.path().join("host.asc"), dir.path().join("keys/publisher.asc")).unwrap();
+    std::os::unix::fs::symlink(
+        outside.path().join("host.asc"),
+        dir.path().join("keys/publisher.asc"),
+    )
+    .unwrap();
     let out = dir.path().join("cfg.img");
     config_medium(&yaml, &out)
         .assert()
@@ -250,7 +263,11 @@ fn gpg_key_option_supplies_the_file_the_yaml_names() {
     let key = elsewhere.path().join("release.asc");
     std::fs::write(&key, PUBLIC_KEY).unwrap();
     let out = dir.path().join("cfg.img");
-    config_medium(&yaml, &out).arg("--gpg-key").arg(&key).assert().code(0);
+    config_medium(&yaml, &out)
+        .arg("--gpg-key")
+        .arg(&key)
+        .assert()
+        .code(0);
     assert_eq!(
         mtools("mtype", &out, &["::emberrtos/keys/publisher.asc"]),
         PUBLIC_KEY

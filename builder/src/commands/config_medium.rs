@@ -129,7 +129,9 @@ fn gpg_key(provision: &Provision, options: &MediumOptions) -> Result<Option<Medi
             None => Ok(None),
         };
     };
-    let name = path.strip_prefix(&format!("{}/", provision::MEDIUM_DIR)).expect("under the medium dir");
+    let name = path
+        .strip_prefix(&format!("{}/", provision::MEDIUM_DIR))
+        .expect("under the medium dir");
     let data = match options.gpg_key {
         Some(given) => read_regular_file(given)
             .map_err(|e| provision.error(GPG_KEY_FIELD, format!("--gpg-key {}: {e}", given.display())))?,
@@ -339,8 +341,10 @@ mod tests {
 
     #[test]
     fn only_public_openpgp_keys() {
-        gpg_public_key(b"-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nmQINBF\n-----END PGP PUBLIC KEY BLOCK-----\n")
-            .unwrap();
+        gpg_public_key(
+            b"-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nmQINBF\n-----END PGP PUBLIC KEY BLOCK-----\n",
+        )
+        .unwrap();
         gpg_public_key(&[0x99, 0x01, 0x0d, 0x04]).unwrap();
         gpg_public_key(&[0xc6, 0x33, 0x04]).unwrap();
         let private = gpg_public_key(b"-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nlQ\n").unwrap_err();

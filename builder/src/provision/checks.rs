@@ -58,9 +58,7 @@ pub fn medium_path(path: &str) -> Verdict {
         ));
     }
     if path.split('/').any(|part| part == "..") {
-        return Err(format!(
-            "{path:?} leaves `emberrtos/`: `..` is not allowed"
-        ));
+        return Err(format!("{path:?} leaves `emberrtos/`: `..` is not allowed"));
     }
     let part_ok = |part: &str| {
         !part.is_empty()
@@ -96,7 +94,14 @@ mod tests {
 
     #[test]
     fn hostnames() {
-        for good in ["cell-07", "a", "CELL7", "node.example.org", "0abc", &"a".repeat(63)] {
+        for good in [
+            "cell-07",
+            "a",
+            "CELL7",
+            "node.example.org",
+            "0abc",
+            &"a".repeat(63),
+        ] {
             hostname(good).unwrap_or_else(|e| panic!("{e}"));
         }
         for bad in [

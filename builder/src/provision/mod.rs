@@ -120,7 +120,10 @@ pub struct Provision {
 impl Provision {
     /// The `authorized_keys` file: one validated key per line.
     pub fn authorized_keys(&self) -> String {
-        self.ssh_authorized_keys.iter().map(|key| format!("{key}\n")).collect()
+        self.ssh_authorized_keys
+            .iter()
+            .map(|key| format!("{key}\n"))
+            .collect()
     }
 
     /// The GPG key's path on the medium (`emberrtos/<gpg-key>`), if any.
@@ -163,7 +166,9 @@ pub fn parse(text: &str, file: &str) -> Result<Provision, ProvisionError> {
         .ssh_authorized_keys
         .iter()
         .enumerate()
-        .map(|(i, key)| syntax::ssh_public_key(key).map_err(|e| error(&format!("ssh-authorized-keys[{i}]"), e)))
+        .map(|(i, key)| {
+            syntax::ssh_public_key(key).map_err(|e| error(&format!("ssh-authorized-keys[{i}]"), e))
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let update_remote = raw
         .update_remote

@@ -53,9 +53,24 @@ fn each_bad_field_is_named_with_its_line_and_column() {
             4,
             "unknown field `mirror`",
         ),
-        (base.replace("flavor: rt", "flavor: rt2"), "flavor", 1, "unknown variant `rt2`"),
-        (base.replace("cell-07", "'cell;07'"), "hostname", 2, "not a hostname"),
-        (base.replace("cell-07", "cell_07"), "hostname", 2, "not a hostname"),
+        (
+            base.replace("flavor: rt", "flavor: rt2"),
+            "flavor",
+            1,
+            "unknown variant `rt2`",
+        ),
+        (
+            base.replace("cell-07", "'cell;07'"),
+            "hostname",
+            2,
+            "not a hostname",
+        ),
+        (
+            base.replace("cell-07", "cell_07"),
+            "hostname",
+            2,
+            "not a hostname",
+        ),
         (
             base.replace(&format!("\"{KEY}\""), &format!("\"{KEY}\\nssh-ed25519 AAAA x\"")),
             "ssh-authorized-keys[0]",
@@ -69,7 +84,10 @@ fn each_bad_field_is_named_with_its_line_and_column() {
             "options are not allowed",
         ),
         (
-            base.replace(&format!("\"{KEY}\""), &format!("\"{KEY}\", 'ssh-ed25519 AAAAnotakey'")),
+            base.replace(
+                &format!("\"{KEY}\""),
+                &format!("\"{KEY}\", 'ssh-ed25519 AAAAnotakey'"),
+            ),
             "ssh-authorized-keys[1]",
             3,
             "not an OpenSSH public key",
@@ -98,8 +116,18 @@ fn each_bad_field_is_named_with_its_line_and_column() {
             4,
             "http",
         ),
-        (base.replace("hostname: cell-07\n", ""), "", 1, "missing field `hostname`"),
-        (format!("{base}flavor: standard\n"), "", 1, "duplicate field `flavor`"),
+        (
+            base.replace("hostname: cell-07\n", ""),
+            "",
+            1,
+            "missing field `hostname`",
+        ),
+        (
+            format!("{base}flavor: standard\n"),
+            "",
+            1,
+            "duplicate field `flavor`",
+        ),
     ];
     for (text, field, line, message) in cases {
         let e = err(&text);
