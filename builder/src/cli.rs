@@ -9,10 +9,12 @@ use anyhow::{Context as _, Result};
 use clap::{ArgGroup, Args, Parser, Subcommand};
 
 use crate::cache::Cache;
+use crate::commands::config_medium::{self, MediumOptions};
 use crate::commands::publish;
 use crate::error::{exit, exit_code};
 use crate::ostree;
 use crate::pipeline::{self, PipelineReport};
+use crate::provision::ProvisionError;
 use crate::recipe::Recipe;
 use crate::stage::Stage;
 use crate::stages::boot::{self, Accel, BootOptions};
@@ -47,6 +49,8 @@ pub enum Command {
     Publish(PublishArgs),
     /// Show a commit's metadata, including the RT evidence.
     Inspect(InspectArgs),
+    /// Write a configuration medium (FAT image labelled EMBERCFG) from a provision.yaml.
+    ConfigMedium(ConfigMediumArgs),
 }
 
 #[derive(Args, Debug)]
@@ -142,6 +146,19 @@ pub struct InspectArgs {
     ref_name: String,
 }
 
+#[derive(Args, Debug)]
+pub struct ConfigMediumArgs {
+    /// The provision.yaml to validate and put on the medium.
+    provision: PathBuf,
+    /// The image to write (replaced atomically).
+    #[arg(long)]
+    out: PathBuf,
+    /// The publisher key that update-remote.gpg-key names [default: that
+    /// file beside the yaml].
+    #[arg(long)]
+    gpg_key: Option<PathBuf>,
+}
+
 /// Parses the command line, runs it and maps the result to the exit code.
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -230,6 +247,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Boot(args) => run_boot(args, &ui, cli.json),
         Command::Publish(args) => run_publish(args, &ui, cli.json),
         Command::Inspect(args) => run_inspect(args, cli.json),
+        Command::ConfigMedium(args) => run_config_medium(args, cli.json),
     }
 }
 
@@ -366,6 +384,39 @@ fn run_inspect(args: InspectArgs, json: bool) -> Result<u8> {
         print_json(&doc)?;
     } else {
         print!("{}", render_commit(&info, evidence.as_ref()));
+    }
+    Ok(exit::OK)
+}
+
+/// A bad `provision.yaml` (or key file) is a usage error: exit 2, the field
+/// named, nothing written.
+fn run_config_medium(args: ConfigMediumArgs, json: bool) -> Result<u8> {
+    let options = MediumOptions {
+        provision: &args.provision,
+        out: &args.out,
+        gpg_key: args.gpg_key.as_deref(),
+    };
+    let report = match config_medium::build(&options) {
+        Ok(report) => report,
+        Err(e) if e.is::<ProvisionError>() => {
+            eprintln!("error: {e:#}");
+            return Ok(exit::USAGE);
+        }
+        Err(e) => return Err(e),
+    };
+    if json {
+        print_json(&serde_json::to_value(&report)?)?;
+    } else {
+        println!(
+            "{}: {} {} ({}, {}): {}\nsha256 {}",
+            report.image.display(),
+            report.label,
+            report.volume_id,
+            report.flavor,
+            report.hostname,
+            report.files.join(", "),
+            report.sha256
+        );
     }
     Ok(exit::OK)
 }

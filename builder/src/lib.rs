@@ -13,6 +13,7 @@ pub mod error;
 pub mod io;
 pub mod ostree;
 pub mod pipeline;
+pub mod provision;
 pub mod recipe;
 pub mod stage;
 pub mod stages;

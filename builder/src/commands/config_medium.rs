@@ -1,0 +1,356 @@
+//! `imgbuild config-medium`: writes the configuration medium of DESIGN.md's
+//! "Device contract", a small FAT image labelled [`LABEL`] that holds
+//! `emberrtos/provision.yaml` (the validated file, byte for byte) and, when
+//! `update-remote.gpg-key` names one, the publisher's key beside it.
+//!
+//! Every input is checked before anything is written; a bad one is a
+//! [`ProvisionError`] naming the field (exit 2). The image is built without
+//! loop mounts by mtools (`mformat`, `mmd`, `mcopy`) in a temp file beside
+//! the output and renamed into place when complete. It is reproducible: the
+//! volume id is derived from the content, and every timestamp is
+//! `SOURCE_DATE_EPOCH` (else [`DEFAULT_EPOCH`]) in UTC.
+
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::io::hashing::sha256_file;
+use crate::io::root::ImageRoot;
+use crate::provision::{self, Flavor, LABEL, MEDIUM_FILE, Provision, ProvisionError};
+use crate::stages::rootfs::secrets::private_key_label;
+use crate::tool;
+
+/// The image size: 8 MiB, FAT12 with 2 KiB clusters, room for the file and
+/// a few keys, small enough to `dd` to any stick.
+pub const IMAGE_SIZE: u64 = 8 * 1024 * 1024;
+/// The image's sectors (512 bytes), as mformat takes them.
+const SECTORS: u64 = IMAGE_SIZE / 512;
+/// The largest `provision.yaml` or key file accepted.
+pub const MAX_INPUT_BYTES: u64 = 1024 * 1024;
+/// FAT's first representable time, 1980-01-01T00:00:00Z: the timestamp of
+/// every entry when `SOURCE_DATE_EPOCH` is not set.
+pub const DEFAULT_EPOCH: u64 = 315_532_800;
+/// FAT's last representable time, 2107-12-31T23:59:58Z.
+const LAST_FAT_EPOCH: u64 = 4_354_819_198;
+
+const GPG_KEY_FIELD: &str = "update-remote.gpg-key";
+
+pub struct MediumOptions<'a> {
+    /// The `provision.yaml` to put on the medium.
+    pub provision: &'a Path,
+    /// The image to write.
+    pub out: &'a Path,
+    /// The publisher key, instead of the file `update-remote.gpg-key` names
+    /// beside the yaml.
+    pub gpg_key: Option<&'a Path>,
+}
+
+/// What was written.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct MediumReport {
+    pub image: PathBuf,
+    pub sha256: String,
+    pub size: u64,
+    pub label: &'static str,
+    /// The FAT volume serial, `XXXX-XXXX` as `blkid` prints it.
+    pub volume_id: String,
+    /// Paths on the medium.
+    pub files: Vec<String>,
+    pub flavor: Flavor,
+    pub hostname: String,
+}
+
+/// A file for the medium: its path there and its bytes.
+struct MediumFile {
+    path: String,
+    data: Vec<u8>,
+}
+
+/// Validates the inputs, then writes the medium to `options.out`.
+pub fn build(options: &MediumOptions) -> Result<MediumReport> {
+    let (provision, files) = gather(options)?;
+    tool::require("mformat")?;
+    let serial = volume_serial(&files);
+    let epoch = fat_epoch(std::env::var("SOURCE_DATE_EPOCH").ok().as_deref());
+    write_image(&files, serial, epoch, options.out)?;
+    Ok(MediumReport {
+        image: options.out.to_path_buf(),
+        sha256: sha256_file(options.out, None)?,
+        size: IMAGE_SIZE,
+        label: LABEL,
+        volume_id: format!("{:04X}-{:04X}", serial >> 16, serial & 0xffff),
+        files: files.into_iter().map(|f| f.path).collect(),
+        flavor: provision.flavor,
+        hostname: provision.hostname,
+    })
+}
+
+/// Reads and checks every input: the yaml, then the key it names.
+fn gather(options: &MediumOptions) -> Result<(Provision, Vec<MediumFile>), ProvisionError> {
+    let name = options.provision.display().to_string();
+    let file_error = |message: String| ProvisionError {
+        file: name.clone(),
+        field: String::new(),
+        position: None,
+        message,
+    };
+    let bytes = read_regular_file(options.provision).map_err(|e| file_error(format!("cannot read: {e}")))?;
+    let text = String::from_utf8(bytes).map_err(|_| file_error("is not UTF-8 text".into()))?;
+    let provision = provision::parse(&text, &name)?;
+    let mut files = vec![MediumFile {
+        path: MEDIUM_FILE.to_string(),
+        data: text.into_bytes(),
+    }];
+    if let Some(key) = gpg_key(&provision, options)? {
+        files.push(key);
+    }
+    Ok((provision, files))
+}
+
+/// The key file for `update-remote.gpg-key`: `--gpg-key`, else the file of
+/// that name beside the yaml (resolved inside the yaml's directory, so a
+/// symlink cannot carry a host file onto the medium).
+fn gpg_key(provision: &Provision, options: &MediumOptions) -> Result<Option<MediumFile>, ProvisionError> {
+    let Some(path) = provision.gpg_key_on_medium() else {
+        return match options.gpg_key {
+            Some(given) => Err(provision.error(
+                GPG_KEY_FIELD,
+                format!(
+                    "--gpg-key {} was given but update-remote.gpg-key does not name the key's file on the medium",
+                    given.display()
+                ),
+            )),
+            None => Ok(None),
+        };
+    };
+    let name = path
+        .strip_prefix(&format!("{}/", provision::MEDIUM_DIR))
+        .expect("under the medium dir");
+    let data = match options.gpg_key {
+        Some(given) => read_regular_file(given)
+            .map_err(|e| provision.error(GPG_KEY_FIELD, format!("--gpg-key {}: {e}", given.display())))?,
+        None => read_beside(options.provision, name).map_err(|e| {
+            provision.error(
+                GPG_KEY_FIELD,
+                format!("{e:#}; put the key beside the yaml or pass --gpg-key FILE"),
+            )
+        })?,
+    };
+    gpg_public_key(&data).map_err(|e| provision.error(GPG_KEY_FIELD, e))?;
+    Ok(Some(MediumFile { path, data }))
+}
+
+/// Reads `rel` inside the directory of `yaml`, refusing anything but a
+/// regular file (a symlink, a FIFO, a device).
+fn read_beside(yaml: &Path, rel: &str) -> Result<Vec<u8>> {
+    let dir = match yaml.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let root = ImageRoot::open(dir)?;
+    let shown = dir.join(rel);
+    let meta = root
+        .symlink_metadata(Path::new(rel))?
+        .with_context(|| format!("{} not found", shown.display()))?;
+    anyhow::ensure!(meta.is_file(), "{} is not a regular file", shown.display());
+    anyhow::ensure!(
+        meta.len() <= MAX_INPUT_BYTES,
+        "{} is larger than {MAX_INPUT_BYTES} bytes",
+        shown.display()
+    );
+    root.read(Path::new(rel))
+}
+
+/// Reads a regular file of at most [`MAX_INPUT_BYTES`]; opening never blocks
+/// on a FIFO.
+fn read_regular_file(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut data = Vec::new();
+    file.take(MAX_INPUT_BYTES + 1).read_to_end(&mut data)?;
+    if data.len() as u64 > MAX_INPUT_BYTES {
+        return Err(std::io::Error::other(format!(
+            "larger than {MAX_INPUT_BYTES} bytes"
+        )));
+    }
+    Ok(data)
+}
+
+/// An OpenPGP public key, ASCII-armored or binary; never a private key.
+fn gpg_public_key(data: &[u8]) -> Result<(), String> {
+    if let Some(label) = private_key_label(data) {
+        return Err(format!(
+            "the key file holds a private key (`{label}`): a medium carries only the publisher's public key"
+        ));
+    }
+    let armored = data
+        .split(|&b| b == b'\n')
+        .any(|line| line.trim_ascii() == b"-----BEGIN PGP PUBLIC KEY BLOCK-----");
+    // A public-key packet (tag 6): old format 0b10_0110_xx, new format 0xc6.
+    let binary = data.first().is_some_and(|&b| b & 0xfc == 0x98 || b == 0xc6);
+    if armored || binary {
+        Ok(())
+    } else {
+        Err("the key file is not an OpenPGP public key (`gpg --export --armor KEYID`)".into())
+    }
+}
+
+/// The FAT volume serial: the first 32 bits of a hash of every file's path
+/// and content, so one input gives one image.
+fn volume_serial(files: &[MediumFile]) -> u32 {
+    let mut hash = Sha256::new();
+    for file in files {
+        for part in [file.path.as_bytes(), &file.data] {
+            hash.update((part.len() as u64).to_le_bytes());
+            hash.update(part);
+        }
+    }
+    let digest = hash.finalize();
+    u32::from_be_bytes(digest[..4].try_into().expect("4 bytes"))
+}
+
+/// The timestamp of every entry: `SOURCE_DATE_EPOCH` when it is a number,
+/// held inside what FAT can represent, else [`DEFAULT_EPOCH`].
+fn fat_epoch(source_date_epoch: Option<&str>) -> u64 {
+    source_date_epoch
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .map_or(DEFAULT_EPOCH, |e| e.clamp(DEFAULT_EPOCH, LAST_FAT_EPOCH))
+}
+
+/// Builds the image in a temp file beside `out` and renames it into place.
+fn write_image(files: &[MediumFile], serial: u32, epoch: u64, out: &Path) -> Result<()> {
+    let dir = match out.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let temp = tempfile::Builder::new()
+        .prefix(".config-medium-")
+        .suffix(".tmp")
+        .tempfile_in(dir)
+        .with_context(|| format!("creating a temp file in {}", dir.display()))?;
+    temp.as_file()
+        .set_len(IMAGE_SIZE)
+        .with_context(|| format!("sizing {}", temp.path().display()))?;
+    let staging = tempfile::tempdir().context("creating a staging dir")?;
+    let mtools = |tool: &str| -> Result<Command> {
+        let mut cmd = tool::command(tool)?;
+        cmd.env("MTOOLS_SKIP_CHECK", "1")
+            .env("MTOOLSRC", "/dev/null")
+            .env("TZ", "UTC")
+            .env("SOURCE_DATE_EPOCH", epoch.to_string())
+            .arg("-i")
+            .arg(temp.path());
+        Ok(cmd)
+    };
+    tool::run(mtools("mformat")?.args([
+        "-v",
+        LABEL,
+        "-N",
+        &format!("{serial:08x}"),
+        "-T",
+        &SECTORS.to_string(),
+        "-h",
+        "1",
+        "-s",
+        "32",
+        "::",
+    ]))?;
+    for dir in directories(files) {
+        tool::run(mtools("mmd")?.arg(format!("::{dir}")))?;
+    }
+    for (i, file) in files.iter().enumerate() {
+        let host = staging.path().join(i.to_string());
+        std::fs::write(&host, &file.data).with_context(|| format!("writing {}", host.display()))?;
+        tool::run(mtools("mcopy")?.arg(&host).arg(format!("::{}", file.path)))?;
+    }
+    // Public content only (the yaml, public keys): readable like any image.
+    temp.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(0o644))
+        .with_context(|| format!("setting the mode of {}", temp.path().display()))?;
+    temp.as_file()
+        .sync_all()
+        .with_context(|| format!("syncing {}", temp.path().display()))?;
+    temp.persist(out)
+        .with_context(|| format!("renaming the image to {}", out.display()))?;
+    Ok(())
+}
+
+/// Every directory the files need, parents first.
+fn directories(files: &[MediumFile]) -> Vec<String> {
+    let mut dirs: Vec<String> = files
+        .iter()
+        .flat_map(|f| {
+            let parts: Vec<&str> = f.path.split('/').collect();
+            (1..parts.len()).map(move |n| parts[..n].join("/"))
+        })
+        .collect();
+    dirs.sort();
+    dirs.dedup();
+    dirs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn directories_come_parents_first() {
+        let file = |path: &str| MediumFile {
+            path: path.into(),
+            data: vec![],
+        };
+        assert_eq!(
+            directories(&[file("emberrtos/provision.yaml"), file("emberrtos/keys/a/p.asc")]),
+            ["emberrtos", "emberrtos/keys", "emberrtos/keys/a"]
+        );
+    }
+
+    #[test]
+    fn epochs_stay_inside_fat_time() {
+        assert_eq!(fat_epoch(None), DEFAULT_EPOCH);
+        assert_eq!(fat_epoch(Some("0")), DEFAULT_EPOCH);
+        assert_eq!(fat_epoch(Some("garbage")), DEFAULT_EPOCH);
+        assert_eq!(fat_epoch(Some(" 1700000000\n")), 1_700_000_000);
+        assert_eq!(fat_epoch(Some("99999999999")), LAST_FAT_EPOCH);
+    }
+
+    #[test]
+    fn volume_serial_follows_the_content() {
+        let one = |path: &str, data: &[u8]| {
+            volume_serial(&[MediumFile {
+                path: path.into(),
+                data: data.to_vec(),
+            }])
+        };
+        assert_eq!(one("a", b"x"), one("a", b"x"));
+        assert_ne!(one("a", b"x"), one("a", b"y"));
+        assert_ne!(one("ab", b"x"), one("a", b"bx"));
+    }
+
+    #[test]
+    fn only_public_openpgp_keys() {
+        gpg_public_key(
+            b"-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nmQINBF\n-----END PGP PUBLIC KEY BLOCK-----\n",
+        )
+        .unwrap();
+        gpg_public_key(&[0x99, 0x01, 0x0d, 0x04]).unwrap();
+        gpg_public_key(&[0xc6, 0x33, 0x04]).unwrap();
+        let private = gpg_public_key(b"-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nlQ\n").unwrap_err();
+        assert!(private.contains("private key"), "{private}");
+        for bad in [&b""[..], b"hello", b"ssh-ed25519 AAAA", &[0x95, 0x01]] {
+            assert!(gpg_public_key(bad).is_err(), "{bad:?}");
+        }
+    }
+}
