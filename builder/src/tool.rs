@@ -14,6 +14,8 @@ use crate::error::MissingTool;
 /// The Debian package that provides each host tool imgbuild runs.
 const PACKAGES: &[(&str, &str)] = &[
     ("apt-get", "apt"),
+    ("mcopy", "mtools"),
+    ("mmd", "mtools"),
     ("bc", "bc"),
     ("bison", "bison"),
     ("busybox", "busybox-static"),

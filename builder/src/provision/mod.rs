@@ -197,7 +197,7 @@ pub fn parse(text: &str, file: &str) -> Result<Provision, ProvisionError> {
 /// The schema form, or the deserializer's error with its field and position.
 fn deserialize(text: &str, file: &str) -> Result<RawProvision, ProvisionError> {
     yaml_serde::from_str(text).map_err(|e| {
-        let (field, message) = split_yaml_error(&e.to_string());
+        let (field, message) = crate::recipe::split_yaml_error(&e.to_string());
         ProvisionError {
             file: file.to_string(),
             field,
@@ -208,26 +208,6 @@ fn deserialize(text: &str, file: &str) -> Result<RawProvision, ProvisionError> {
             message,
         }
     })
-}
-
-/// Splits a `yaml_serde` message, `path: message at line L column C`, into
-/// the field path and the bare message.
-///
-/// The recipe parser has the same private helper (`recipe::split_yaml_error`);
-/// it should call this one instead (see the integration note).
-pub fn split_yaml_error(message: &str) -> (String, String) {
-    let message = message.rfind(" at line ").map_or(message, |at| &message[..at]);
-    match message.split_once(": ") {
-        Some((field, rest))
-            if !field.is_empty()
-                && field
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"-_.[]".contains(&b)) =>
-        {
-            (field.to_string(), rest.to_string())
-        }
-        _ => (String::new(), message.to_string()),
-    }
 }
 
 #[cfg(test)]

@@ -190,8 +190,9 @@ pub fn normalize(path: &Path) -> PathBuf {
     out
 }
 
-/// Splits a yaml_serde message `path: message at line L column C`.
-fn split_yaml_error(message: &str) -> (String, String) {
+/// Splits a yaml_serde message `path: message at line L column C` into the
+/// field path and the bare message (shared with the provision parser).
+pub(crate) fn split_yaml_error(message: &str) -> (String, String) {
     let message = match message.rfind(" at line ") {
         Some(at) => &message[..at],
         None => message,
