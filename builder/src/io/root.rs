@@ -541,4 +541,49 @@ mod tests {
         assert_eq!(std::fs::read(base.join("kernel/drivers/a.ko")).unwrap(), b"ko");
         assert_eq!(root.size().unwrap().1, 1);
     }
+
+    /// Measures the cost of confinement: copying a real tree (the host's
+    /// /usr/share/doc, or $ROOT_BENCH_DIR) into a tree through ImageRoot
+    /// against plain std::fs copies, in one run. Prints the ratio.
+    /// `cargo test --release -p imgbuild --lib io::root::tests::bench -- --ignored --nocapture`
+    #[test]
+    #[ignore = "a measurement, not a check"]
+    fn bench_confined_copy_against_plain_copy() {
+        let source = std::env::var("ROOT_BENCH_DIR").unwrap_or_else(|_| "/usr/share/doc".into());
+        let source = Path::new(&source);
+        let plain_copy = |to: &Path| {
+            for entry in walkdir::WalkDir::new(source).sort_by_file_name() {
+                let entry = entry.unwrap();
+                let dest = to.join(entry.path().strip_prefix(source).unwrap());
+                let meta = entry.path().symlink_metadata().unwrap();
+                if meta.file_type().is_symlink() {
+                    symlink(std::fs::read_link(entry.path()).unwrap(), &dest).unwrap();
+                } else if meta.is_dir() {
+                    std::fs::create_dir_all(&dest).unwrap();
+                } else {
+                    std::fs::copy(entry.path(), &dest).unwrap();
+                }
+            }
+        };
+        let (mut plain, mut confined) = (Vec::new(), Vec::new());
+        let mut files = 0;
+        for _ in 0..3 {
+            let dir = tempfile::tempdir().unwrap();
+            let started = std::time::Instant::now();
+            plain_copy(&dir.path().join("plain"));
+            plain.push(started.elapsed().as_secs_f64());
+            let root = ImageRoot::create(&dir.path().join("confined")).unwrap();
+            let started = std::time::Instant::now();
+            files = root.copy_tree_in(source, Path::new("x")).unwrap().files;
+            confined.push(started.elapsed().as_secs_f64());
+        }
+        let best = |v: &[f64]| v.iter().cloned().fold(f64::MAX, f64::min);
+        eprintln!(
+            "{files} files from {}: plain {:.3} s, confined {:.3} s (best of 3 each, interleaved), ratio {:.2}",
+            source.display(),
+            best(&plain),
+            best(&confined),
+            best(&confined) / best(&plain)
+        );
+    }
 }
