@@ -9,7 +9,7 @@ use anyhow::{Context as _, Result};
 use clap::{ArgGroup, Args, Parser, Subcommand};
 
 use crate::cache::Cache;
-use crate::commands::publish;
+use crate::commands::{publish, vm};
 use crate::error::{exit, exit_code};
 use crate::ostree;
 use crate::pipeline::{self, PipelineReport};
@@ -47,6 +47,9 @@ pub enum Command {
     Publish(PublishArgs),
     /// Show a commit's metadata, including the RT evidence.
     Inspect(InspectArgs),
+    /// Boot a disk image in QEMU through a copy-on-write overlay, with SSH
+    /// forwarded and the serial console captured, until it powers off.
+    Vm(VmArgs),
 }
 
 #[derive(Args, Debug)]
@@ -142,6 +145,32 @@ pub struct InspectArgs {
     ref_name: String,
 }
 
+#[derive(Args, Debug)]
+pub struct VmArgs {
+    /// The disk image (raw or qcow2, or a hybrid ISO); it is never modified.
+    disk: PathBuf,
+    /// A configuration medium image, plugged in as a read-only USB stick.
+    #[arg(long, value_name = "IMG")]
+    config_medium: Option<PathBuf>,
+    /// Boot through UEFI firmware (OVMF) instead of BIOS.
+    #[arg(long)]
+    uefi: bool,
+    /// Port on 127.0.0.1 forwarded to the guest's SSH [default: a free one].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    ssh_port: Option<u16>,
+    /// Kill the guest after this many seconds (exit 1) [default: none].
+    #[arg(long, value_name = "S")]
+    timeout: Option<u64>,
+    /// Write the serial console here [default: a new temp dir's console.log].
+    #[arg(long, value_name = "FILE")]
+    console: Option<PathBuf>,
+    #[arg(long, value_enum, default_value = "tcg")]
+    accel: Accel,
+    /// Guest memory.
+    #[arg(long, value_name = "MIB", default_value_t = 1536, value_parser = clap::value_parser!(u32).range(128..))]
+    memory: u32,
+}
+
 /// Parses the command line, runs it and maps the result to the exit code.
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -230,6 +259,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Boot(args) => run_boot(args, &ui, cli.json),
         Command::Publish(args) => run_publish(args, &ui, cli.json),
         Command::Inspect(args) => run_inspect(args, cli.json),
+        Command::Vm(args) => run_vm(args, &ui, cli.json),
     }
 }
 
@@ -366,6 +396,25 @@ fn run_inspect(args: InspectArgs, json: bool) -> Result<u8> {
         print_json(&doc)?;
     } else {
         print!("{}", render_commit(&info, evidence.as_ref()));
+    }
+    Ok(exit::OK)
+}
+
+fn run_vm(args: VmArgs, ui: &Ui, json: bool) -> Result<u8> {
+    let options = vm::VmOptions {
+        accel: args.accel,
+        memory_mib: args.memory,
+        uefi: args.uefi,
+        ssh_port: args.ssh_port,
+        timeout: args.timeout.map(Duration::from_secs),
+        config_medium: args.config_medium,
+        console: args.console,
+    };
+    let report = vm::run(&args.disk, &options, ui)?;
+    if json {
+        print_json(&serde_json::to_value(&report)?)?;
+    } else {
+        print!("{}", vm::render(&report));
     }
     Ok(exit::OK)
 }

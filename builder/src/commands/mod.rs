@@ -1,3 +1,4 @@
 //! Commands that are not pipeline stages.
 
 pub mod publish;
+pub mod vm;
