@@ -417,6 +417,32 @@ fn a_guest_that_writes_and_powers_off_leaves_the_disk_byte_identical() {
         !Path::new(&started.overlay).exists(),
         "the overlay is removed afterwards"
     );
+
+    // QEMU takes the medium as a read-only USB stick; neither file changes.
+    let medium = dir.path().join("cfg.img");
+    std::fs::write(&medium, vec![0u8; 1440 * 1024]).unwrap();
+    let medium_before = sha256(&medium);
+    let (code, _, stderr) = run(&[
+        "vm",
+        disk.to_str().unwrap(),
+        "--timeout",
+        "60",
+        "--config-medium",
+        medium.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(sha256(&medium), medium_before);
+    assert_eq!(sha256(&disk), before);
+    let missing = dir.path().join("no-medium.img");
+    let (code, _, stderr) = run(&[
+        "vm",
+        disk.to_str().unwrap(),
+        "--config-medium",
+        missing.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("the configuration medium"), "{stderr}");
+    assert!(!stderr.contains("qemu pid"), "{stderr}");
 }
 
 #[test]
