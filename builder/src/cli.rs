@@ -10,7 +10,7 @@ use clap::{ArgGroup, Args, Parser, Subcommand};
 
 use crate::cache::Cache;
 use crate::commands::config_medium::{self, MediumOptions};
-use crate::commands::publish;
+use crate::commands::{publish, vm};
 use crate::error::{exit, exit_code};
 use crate::ostree;
 use crate::pipeline::{self, PipelineReport};
@@ -51,6 +51,9 @@ pub enum Command {
     Inspect(InspectArgs),
     /// Write a configuration medium (FAT image labelled EMBERCFG) from a provision.yaml.
     ConfigMedium(ConfigMediumArgs),
+    /// Boot a disk image in QEMU through a copy-on-write overlay, with SSH
+    /// forwarded and the serial console captured, until it powers off.
+    Vm(VmArgs),
 }
 
 #[derive(Args, Debug)]
@@ -159,6 +162,32 @@ pub struct ConfigMediumArgs {
     gpg_key: Option<PathBuf>,
 }
 
+#[derive(Args, Debug)]
+pub struct VmArgs {
+    /// The disk image (raw or qcow2, or a hybrid ISO); it is never modified.
+    disk: PathBuf,
+    /// A configuration medium image, plugged in as a read-only USB stick.
+    #[arg(long, value_name = "IMG")]
+    config_medium: Option<PathBuf>,
+    /// Boot through UEFI firmware (OVMF) instead of BIOS.
+    #[arg(long)]
+    uefi: bool,
+    /// Port on 127.0.0.1 forwarded to the guest's SSH [default: a free one].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    ssh_port: Option<u16>,
+    /// Kill the guest after this many seconds (exit 1) [default: none].
+    #[arg(long, value_name = "S")]
+    timeout: Option<u64>,
+    /// Write the serial console here [default: a new temp dir's console.log].
+    #[arg(long, value_name = "FILE")]
+    console: Option<PathBuf>,
+    #[arg(long, value_enum, default_value = "tcg")]
+    accel: Accel,
+    /// Guest memory.
+    #[arg(long, value_name = "MIB", default_value_t = 1536, value_parser = clap::value_parser!(u32).range(128..))]
+    memory: u32,
+}
+
 /// Parses the command line, runs it and maps the result to the exit code.
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -248,6 +277,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Publish(args) => run_publish(args, &ui, cli.json),
         Command::Inspect(args) => run_inspect(args, cli.json),
         Command::ConfigMedium(args) => run_config_medium(args, cli.json),
+        Command::Vm(args) => run_vm(args, &ui, cli.json),
     }
 }
 
@@ -417,6 +447,25 @@ fn run_config_medium(args: ConfigMediumArgs, json: bool) -> Result<u8> {
             report.files.join(", "),
             report.sha256
         );
+    }
+    Ok(exit::OK)
+}
+
+fn run_vm(args: VmArgs, ui: &Ui, json: bool) -> Result<u8> {
+    let options = vm::VmOptions {
+        accel: args.accel,
+        memory_mib: args.memory,
+        uefi: args.uefi,
+        ssh_port: args.ssh_port,
+        timeout: args.timeout.map(Duration::from_secs),
+        config_medium: args.config_medium,
+        console: args.console,
+    };
+    let report = vm::run(&args.disk, &options, ui)?;
+    if json {
+        print_json(&serde_json::to_value(&report)?)?;
+    } else {
+        print!("{}", vm::render(&report));
     }
     Ok(exit::OK)
 }

@@ -15,6 +15,7 @@ use crate::error::MissingTool;
 const PACKAGES: &[(&str, &str)] = &[
     ("apt-get", "apt"),
     ("mcopy", "mtools"),
+    ("qemu-img", "qemu-utils"),
     ("mmd", "mtools"),
     ("bc", "bc"),
     ("bison", "bison"),
@@ -103,6 +104,11 @@ pub fn die_with_parent(cmd: &mut Command) -> &mut Command {
         cmd.pre_exec(|| {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
                 return Err(std::io::Error::last_os_error());
+            }
+            // The parent may have died before prctl took effect: then we
+            // were reparented, and must not run on alone.
+            if libc::getppid() == 1 {
+                return Err(std::io::Error::other("the parent died before the child started"));
             }
             Ok(())
         })

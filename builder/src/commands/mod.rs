@@ -2,3 +2,4 @@
 
 pub mod config_medium;
 pub mod publish;
+pub mod vm;

@@ -1,7 +1,8 @@
 //! Stage-agnostic helpers: the confined root (every write into an image
-//! tree), hashing, archive extraction, initramfs writing.
+//! tree), hashing, archive extraction, initramfs writing, QEMU.
 
 pub mod extract;
 pub mod hashing;
 pub mod initramfs;
+pub mod qemu;
 pub mod root;

@@ -3,7 +3,6 @@
 //! from it, optionally runs jitter, and turns that into boot evidence.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -11,6 +10,8 @@ use rtcheck::Evidence;
 use rtcheck::jitter::Report as JitterReport;
 use serde::{Deserialize, Serialize};
 
+pub use crate::io::qemu::Accel;
+use crate::io::qemu::{self, Guest};
 use crate::tool;
 use crate::ui::Ui;
 
@@ -21,13 +22,6 @@ pub const JITTER_END: &str = "===JITTER-REPORT-END===";
 pub const CHECK_DONE: &str = "===IMGBUILD-CHECK-DONE===";
 /// The first line of the live image's banner.
 pub const BANNER: &str = "EmberRTOS live validation image";
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum Accel {
-    Tcg,
-    Kvm,
-}
 
 #[derive(Clone, Debug)]
 pub struct BootOptions {
@@ -170,27 +164,10 @@ pub struct BootOutput {
     pub functional_only: bool,
 }
 
-/// Kills QEMU on every exit path.
-struct Guest(Child);
-
-impl Drop for Guest {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
-const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
-
 /// The QEMU command line (pure apart from naming the firmware files).
 pub fn qemu_args(iso: &Path, console_log: &Path, options: &BootOptions, vars: Option<&Path>) -> Vec<String> {
-    let mut args: Vec<String> = vec![
-        "-accel".into(),
-        match options.accel {
-            Accel::Tcg => "tcg".into(),
-            Accel::Kvm => "kvm".into(),
-        },
+    let mut args = qemu::accel_args(options.accel);
+    args.extend([
         "-m".into(),
         "1536".into(),
         "-smp".into(),
@@ -208,24 +185,15 @@ pub fn qemu_args(iso: &Path, console_log: &Path, options: &BootOptions, vars: Op
         "user,id=n0".into(),
         "-device".into(),
         "virtio-net-pci,netdev=n0".into(),
-    ];
-    if options.accel == Accel::Kvm {
-        args.extend(["-cpu".into(), "host".into()]);
-    }
+    ]);
     let extra = match options.jitter {
         Some(seconds) => format!("jitter.auto={seconds}"),
         None => "imgbuild.check".to_string(),
     };
     args.extend(["-smbios".into(), format!("type=11,value=imgbuild:{extra}")]);
     if let Some(vars) = vars {
-        args.extend([
-            "-machine".into(),
-            "q35".into(),
-            "-drive".into(),
-            format!("if=pflash,format=raw,readonly=on,file={OVMF_CODE}"),
-            "-drive".into(),
-            format!("if=pflash,format=raw,file={}", vars.display()),
-        ]);
+        args.extend(["-machine".into(), "q35".into()]);
+        args.extend(qemu::pflash_args(vars));
     }
     args
 }
@@ -242,20 +210,10 @@ pub fn boot(
     console_log: &Path,
     ui: &Ui,
 ) -> Result<BootOutput> {
-    tool::require("qemu-system-x86_64")?;
+    tool::require(qemu::QEMU)?;
     let workdir = tempfile::tempdir().context("creating a temp dir for the firmware variables")?;
     let vars = if options.uefi {
-        if !Path::new(OVMF_CODE).is_file() || !Path::new(OVMF_VARS).is_file() {
-            return Err(crate::error::MissingTool {
-                tool: OVMF_CODE.into(),
-                package: "ovmf".into(),
-            }
-            .into());
-        }
-        // The code and vars files must be the matching 4M pair, and the vars writable.
-        let copy = workdir.path().join("OVMF_VARS_4M.fd");
-        std::fs::copy(OVMF_VARS, &copy).context("copying the OVMF variables")?;
-        Some(copy)
+        Some(qemu::copy_ovmf_vars(workdir.path())?)
     } else {
         None
     };
@@ -264,15 +222,7 @@ pub fn boot(
     let args = qemu_args(iso, console_log, options, vars.as_deref());
     let qemu_log = console_log.with_extension("qemu.log");
     let started = Instant::now();
-    let mut qemu = tool::command("qemu-system-x86_64")?;
-    let child = tool::die_with_parent(&mut qemu)
-        .args(&args)
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&qemu_log)?)
-        .stderr(std::fs::File::create(qemu_log.with_extension("stderr"))?)
-        .spawn()
-        .context("starting QEMU")?;
-    let mut guest = Guest(child);
+    let mut guest = Guest::spawn(&args, &qemu_log, &qemu_log.with_extension("stderr"))?;
     ui.note(format!(
         "qemu-system-x86_64 {} (console: {})",
         args.join(" "),
@@ -293,7 +243,7 @@ pub fn boot(
         if seconds_to_banner.is_none() && text.contains(BANNER) {
             seconds_to_banner = Some(started.elapsed().as_secs_f64());
         }
-        if let Some(status) = guest.0.try_wait()? {
+        if let Some(status) = guest.try_wait()? {
             break status;
         }
         if started.elapsed() > options.timeout {

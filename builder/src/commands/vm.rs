@@ -1,0 +1,485 @@
+//! `imgbuild vm`: boots a disk image in QEMU through a copy-on-write overlay
+//! (the image is never modified), with SSH forwarded from a loopback port,
+//! the serial console captured to a file, and an optional configuration
+//! medium plugged in as a read-only USB stick. QEMU is killed on every path:
+//! timeout, SIGINT/SIGTERM, an error, and imgbuild itself dying.
+
+use std::io::Read;
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+
+use crate::io::qemu::{self, Accel, Guest, StopSignals};
+use crate::tool;
+use crate::ui::Ui;
+
+/// The tool that inspects images and makes the overlay (not in
+/// `tool::PACKAGES` yet, so the package is named here).
+const QEMU_IMG: &str = "qemu-img";
+const QEMU_IMG_PACKAGE: &str = "qemu-utils";
+
+/// The disk formats `vm` boots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DiskFormat {
+    Raw,
+    Qcow2,
+}
+
+impl DiskFormat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DiskFormat::Raw => "raw",
+            DiskFormat::Qcow2 => "qcow2",
+        }
+    }
+}
+
+/// DISK cannot be booted; found before QEMU starts.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path} cannot be booted: {reason}")]
+pub struct NotADisk {
+    pub path: PathBuf,
+    pub reason: String,
+}
+
+/// What the user asked for.
+#[derive(Clone, Debug)]
+pub struct VmOptions {
+    pub accel: Accel,
+    pub memory_mib: u32,
+    pub uefi: bool,
+    /// The host port forwarded to the guest's port 22 [default: a free one].
+    pub ssh_port: Option<u16>,
+    /// Kill QEMU after this long [default: wait for the power-off].
+    pub timeout: Option<Duration>,
+    /// A FAT or ISO 9660 image attached as a read-only USB stick.
+    pub config_medium: Option<PathBuf>,
+    /// The serial console's file [default: a new temp dir's console.log].
+    pub console: Option<PathBuf>,
+}
+
+/// Everything the QEMU command line names, resolved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QemuPlan {
+    pub accel: Accel,
+    pub memory_mib: u32,
+    pub overlay: PathBuf,
+    pub console: PathBuf,
+    /// The private copy of the OVMF variables (UEFI), or BIOS when `None`.
+    pub ovmf_vars: Option<PathBuf>,
+    pub config_medium: Option<PathBuf>,
+    pub ssh_port: u16,
+}
+
+/// The QEMU command line (pure).
+pub fn qemu_args(plan: &QemuPlan) -> Vec<String> {
+    let mut args = qemu::accel_args(plan.accel);
+    args.extend(
+        [
+            "-machine",
+            "q35",
+            "-m",
+            &plan.memory_mib.to_string(),
+            "-smp",
+            "2",
+            "-display",
+            "none",
+            "-monitor",
+            "none",
+            "-chardev",
+            &format!("file,id=console,path={}", qemu::escape(&plan.console)),
+            "-serial",
+            "chardev:console",
+            "-drive",
+            &format!(
+                "if=none,id=disk,format=qcow2,file={}",
+                qemu::escape(&plan.overlay)
+            ),
+            "-device",
+            "virtio-blk-pci,drive=disk,bootindex=0",
+            "-netdev",
+            // Only loopback: the guest's SSH is never offered to the network.
+            &format!("user,id=net,hostfwd=tcp:127.0.0.1:{}-:22", plan.ssh_port),
+            "-device",
+            "virtio-net-pci,netdev=net",
+        ]
+        .map(String::from),
+    );
+    if let Some(vars) = &plan.ovmf_vars {
+        args.extend(qemu::pflash_args(vars));
+    }
+    if let Some(medium) = &plan.config_medium {
+        args.extend(
+            [
+                "-device",
+                "qemu-xhci,id=usb",
+                "-drive",
+                &format!(
+                    "if=none,id=cfg,format=raw,readonly=on,file={}",
+                    qemu::escape(medium)
+                ),
+                "-device",
+                "usb-storage,bus=usb.0,drive=cfg,removable=on",
+            ]
+            .map(String::from),
+        );
+    }
+    args
+}
+
+/// `qemu-img info --output=json` of an image, as far as `vm` needs it.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct ImageInfo {
+    format: String,
+    #[serde(default)]
+    backing_filename: Option<String>,
+    #[serde(default)]
+    encrypted: bool,
+    #[serde(default)]
+    format_specific: Option<FormatSpecific>,
+}
+
+#[derive(Debug, Deserialize)]
+struct FormatSpecific {
+    #[serde(default)]
+    data: serde_json::Value,
+}
+
+/// Reads `qemu-img info --output=json` (pure): the format, or why the image
+/// cannot be booted. An image that pulls in other files (a backing file, an
+/// external data file) is refused: booting it would hand the guest files of
+/// the host that DISK merely names.
+pub fn parse_image_info(json: &str) -> Result<DiskFormat, String> {
+    let info: ImageInfo =
+        serde_json::from_str(json).map_err(|e| format!("unreadable `qemu-img info` output: {e}"))?;
+    let format = match info.format.as_str() {
+        "raw" => DiskFormat::Raw,
+        "qcow2" => DiskFormat::Qcow2,
+        other => {
+            return Err(format!(
+                "{other} images are not supported (raw or qcow2; convert with `qemu-img convert -O qcow2`)"
+            ));
+        }
+    };
+    if let Some(backing) = info.backing_filename {
+        return Err(format!(
+            "it has a backing file ({backing}); flatten it first with `qemu-img convert -O qcow2`"
+        ));
+    }
+    let data = info.format_specific.map(|f| f.data).unwrap_or_default();
+    if let Some(file) = data.get("data-file").and_then(|v| v.as_str()) {
+        return Err(format!(
+            "it keeps its data in another file ({file}); flatten it first with `qemu-img convert -O qcow2`"
+        ));
+    }
+    if info.encrypted {
+        return Err("it is encrypted".into());
+    }
+    Ok(format)
+}
+
+const ISO9660_MAGIC_OFFSET: usize = 0x8001;
+
+/// Whether the start of a raw image looks like a disk (pure): a boot-sector
+/// signature (MBR, GPT's protective MBR, a hybrid ISO, a FAT volume) or an
+/// ISO 9660 volume descriptor. Anything else is bytes QEMU would call `raw`.
+pub fn looks_like_disk(head: &[u8]) -> bool {
+    let boot_signature = head.get(510..512) == Some(&[0x55, 0xAA][..]);
+    let iso9660 = head.get(ISO9660_MAGIC_OFFSET..ISO9660_MAGIC_OFFSET + 5) == Some(&b"CD001"[..]);
+    boot_signature || iso9660
+}
+
+fn not_a_disk(path: &Path, reason: impl Into<String>) -> anyhow::Error {
+    NotADisk {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    }
+    .into()
+}
+
+/// `qemu-img`, or the package that provides it.
+fn qemu_img() -> Result<std::process::Command> {
+    tool::command(QEMU_IMG).map_err(|_| {
+        crate::error::MissingTool {
+            tool: QEMU_IMG.into(),
+            package: QEMU_IMG_PACKAGE.into(),
+        }
+        .into()
+    })
+}
+
+/// Checks DISK before anything starts: a regular file holding a raw or
+/// qcow2 disk. Returns its absolute path and format.
+pub fn inspect_disk(disk: &Path) -> Result<(PathBuf, DiskFormat)> {
+    let path = disk
+        .canonicalize()
+        .map_err(|e| not_a_disk(disk, format!("cannot open it: {e}")))?;
+    if !path.is_file() {
+        return Err(not_a_disk(disk, "it is not a regular file"));
+    }
+    let output = qemu_img()?
+        .args(["info", "--output=json"])
+        .arg(&path)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .context("running `qemu-img info`")?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        return Err(not_a_disk(
+            disk,
+            format!("qemu-img cannot read it: {}", stderr.trim()),
+        ));
+    }
+    let format = parse_image_info(&String::from_utf8_lossy(&output.stdout))
+        .map_err(|reason| not_a_disk(disk, reason))?;
+    if format == DiskFormat::Raw && !looks_like_disk(&read_head(&path)?) {
+        return Err(not_a_disk(
+            disk,
+            "it is not a disk image (no partition table, boot sector or ISO 9660 volume)",
+        ));
+    }
+    Ok((path, format))
+}
+
+fn read_head(path: &Path) -> Result<Vec<u8>> {
+    let mut head = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(ISO9660_MAGIC_OFFSET as u64 + 5).read_to_end(&mut head))
+        .with_context(|| format!("reading {}", path.display()))?;
+    Ok(head)
+}
+
+/// Makes `overlay`, a qcow2 whose backing file is `disk` of `format` (named
+/// explicitly, so nothing is probed). The guest writes only to the overlay.
+pub fn create_overlay(disk: &Path, format: DiskFormat, overlay: &Path) -> Result<()> {
+    let mut cmd = qemu_img()?;
+    cmd.args(["create", "-q", "-f", "qcow2", "-F", format.as_str(), "-b"])
+        .arg(disk)
+        .arg(overlay);
+    tool::run(&mut cmd).context("creating the copy-on-write overlay")?;
+    Ok(())
+}
+
+/// A loopback port that was free a moment ago.
+pub fn free_loopback_port() -> Result<u16> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("finding a free port on 127.0.0.1")?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// The command that logs into the guest.
+pub fn ssh_command(port: u16) -> String {
+    format!("ssh -p {port} root@127.0.0.1")
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct VmReport {
+    pub disk: PathBuf,
+    pub disk_format: DiskFormat,
+    pub firmware: String,
+    pub accel: Accel,
+    pub ssh_port: u16,
+    pub ssh: String,
+    pub console_log: PathBuf,
+    pub qemu_pid: u32,
+    /// The guest powered off (QEMU exited 0).
+    pub powered_off: bool,
+    pub seconds: f64,
+}
+
+/// The console's file: the one asked for, else `console.log` in a new temp
+/// dir that outlives the run. Emptied either way.
+fn prepare_console(asked: Option<&Path>) -> Result<PathBuf> {
+    let path = match asked {
+        Some(path) => std::path::absolute(path)?,
+        None => tempfile::Builder::new()
+            .prefix("imgbuild-vm-")
+            .tempdir()
+            .context("creating a temp dir for the console")?
+            .keep()
+            .join("console.log"),
+    };
+    std::fs::write(&path, b"").with_context(|| format!("creating the console log {}", path.display()))?;
+    Ok(path)
+}
+
+fn check_medium(medium: &Path) -> Result<PathBuf> {
+    let path = medium
+        .canonicalize()
+        .with_context(|| format!("the configuration medium {}", medium.display()))?;
+    if !path.is_file() {
+        bail!(
+            "the configuration medium {} is not a regular file",
+            medium.display()
+        );
+    }
+    Ok(path)
+}
+
+fn console_tail(console: &Path) -> String {
+    let text = std::fs::read_to_string(console).unwrap_or_default();
+    tool::tail_lines(&text.replace('\r', ""), 25)
+}
+
+/// Boots `disk` and waits for the guest to power off.
+pub fn run(disk: &Path, options: &VmOptions, ui: &Ui) -> Result<VmReport> {
+    tool::require(qemu::QEMU)?;
+    let (disk, format) = inspect_disk(disk)?;
+    let config_medium = options.config_medium.as_deref().map(check_medium).transpose()?;
+    let scratch = tempfile::Builder::new()
+        .prefix("imgbuild-vm-overlay-")
+        .tempdir()
+        .context("creating a temp dir for the overlay")?;
+    let overlay = scratch.path().join("overlay.qcow2");
+    create_overlay(&disk, format, &overlay)?;
+    let ovmf_vars = options
+        .uefi
+        .then(|| qemu::copy_ovmf_vars(scratch.path()))
+        .transpose()?;
+    let ssh_port = match options.ssh_port {
+        Some(port) => port,
+        None => free_loopback_port()?,
+    };
+    let console = prepare_console(options.console.as_deref())?;
+    let plan = QemuPlan {
+        accel: options.accel,
+        memory_mib: options.memory_mib,
+        overlay,
+        console: console.clone(),
+        ovmf_vars,
+        config_medium,
+        ssh_port,
+    };
+    let args = qemu_args(&plan);
+    let stderr_log = scratch.path().join("qemu.stderr");
+    let signals = StopSignals::install()?;
+    let started = Instant::now();
+    let mut guest = Guest::spawn(&args, &scratch.path().join("qemu.stdout"), &stderr_log)?;
+    let pid = guest.pid();
+    let firmware = if options.uefi { "uefi" } else { "bios" };
+    ui.step(
+        "vm",
+        format!(
+            "booting {} ({}, {firmware}) through the overlay {}",
+            disk.display(),
+            format.as_str(),
+            plan.overlay.display()
+        ),
+    );
+    ui.note(ssh_command(ssh_port));
+    ui.note(format!("console: {}", console.display()));
+    ui.note(format!("qemu pid: {pid}"));
+    let status = loop {
+        if let Some(signal) = signals.received() {
+            drop(guest);
+            bail!(
+                "interrupted by {}: QEMU (pid {pid}) killed; console: {}",
+                qemu::signal_name(signal),
+                console.display()
+            );
+        }
+        if let Some(status) = guest.try_wait()? {
+            break status;
+        }
+        if let Some(timeout) = options.timeout.filter(|t| started.elapsed() > *t) {
+            drop(guest);
+            bail!(
+                "the guest did not power off within {} s: QEMU (pid {pid}) killed; last console lines ({}):\n{}",
+                timeout.as_secs(),
+                console.display(),
+                console_tail(&console)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    if !status.success() {
+        let stderr = std::fs::read_to_string(&stderr_log).unwrap_or_default();
+        bail!(
+            "QEMU exited with {status}: {}\nlast console lines ({}):\n{}",
+            stderr.trim(),
+            console.display(),
+            console_tail(&console)
+        );
+    }
+    Ok(VmReport {
+        disk,
+        disk_format: format,
+        firmware: firmware.into(),
+        accel: options.accel,
+        ssh_port,
+        ssh: ssh_command(ssh_port),
+        console_log: console,
+        qemu_pid: pid,
+        powered_off: true,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// The human summary of a run.
+pub fn render(report: &VmReport) -> String {
+    format!(
+        "guest powered off after {:.1} s (console: {})\n",
+        report.seconds,
+        report.console_log.display()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_and_refusals_from_qemu_img_info() {
+        assert_eq!(
+            parse_image_info(r#"{"format": "raw", "virtual-size": 512}"#),
+            Ok(DiskFormat::Raw)
+        );
+        assert_eq!(
+            parse_image_info(
+                r#"{"format": "qcow2", "format-specific": {"type": "qcow2", "data": {"compat": "1.1"}}}"#
+            ),
+            Ok(DiskFormat::Qcow2)
+        );
+        let vmdk = parse_image_info(r#"{"format": "vmdk"}"#).unwrap_err();
+        assert!(vmdk.contains("vmdk images are not supported"), "{vmdk}");
+        let backed = parse_image_info(
+            r#"{"format": "qcow2", "backing-filename": "/dev/sda", "full-backing-filename": "/dev/sda"}"#,
+        )
+        .unwrap_err();
+        assert!(backed.contains("backing file (/dev/sda)"), "{backed}");
+        let external = parse_image_info(
+            r#"{"format": "qcow2", "format-specific": {"type": "qcow2", "data": {"data-file": "/etc/shadow"}}}"#,
+        )
+        .unwrap_err();
+        assert!(external.contains("/etc/shadow"), "{external}");
+        assert!(parse_image_info(r#"{"format": "qcow2", "encrypted": true}"#).is_err());
+        assert!(parse_image_info("qemu-img: oops").is_err());
+    }
+
+    #[test]
+    fn disk_signatures() {
+        let mut mbr = vec![0u8; 512];
+        assert!(!looks_like_disk(&mbr));
+        mbr[510] = 0x55;
+        mbr[511] = 0xAA;
+        assert!(looks_like_disk(&mbr));
+        let mut iso = vec![0u8; 0x8006];
+        iso[0x8001..0x8006].copy_from_slice(b"CD001");
+        assert!(looks_like_disk(&iso));
+        assert!(!looks_like_disk(b"#!/bin/sh\necho not a disk\n"));
+        assert!(!looks_like_disk(&[]));
+    }
+
+    #[test]
+    fn free_port_is_on_loopback_and_bindable() {
+        let port = free_loopback_port().unwrap();
+        assert_ne!(port, 0);
+        TcpListener::bind((Ipv4Addr::LOCALHOST, port)).unwrap();
+        assert_eq!(ssh_command(2222), "ssh -p 2222 root@127.0.0.1");
+    }
+}
