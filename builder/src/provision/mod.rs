@@ -56,15 +56,7 @@ impl ProvisionError {
 
 impl fmt::Display for ProvisionError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.file)?;
-        if let Some(p) = self.position {
-            write!(f, ":{}:{}", p.line, p.column)?;
-        }
-        if self.field.is_empty() {
-            write!(f, ": {}", self.message)
-        } else {
-            write!(f, ": {}: {}", self.field, self.message)
-        }
+        crate::recipe::fmt_field_error(f, &self.file, self.position, &self.field, &self.message)
     }
 }
 

@@ -12,6 +12,26 @@ pub struct Position {
     pub column: usize,
 }
 
+/// Writes `file[:line:col]: [field: ]message`, the form every schema error
+/// (recipe, provision.yaml) takes.
+pub fn fmt_field_error(
+    f: &mut std::fmt::Formatter<'_>,
+    file: impl std::fmt::Display,
+    position: Option<Position>,
+    field: &str,
+    message: &str,
+) -> std::fmt::Result {
+    write!(f, "{file}")?;
+    if let Some(p) = position {
+        write!(f, ":{}:{}", p.line, p.column)?;
+    }
+    if field.is_empty() {
+        write!(f, ": {message}")
+    } else {
+        write!(f, ": {field}: {message}")
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct Locations {
     nodes: HashMap<String, Position>,

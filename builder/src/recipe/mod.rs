@@ -23,7 +23,7 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::Serialize;
 
-pub use locate::{Locations, Position, locate};
+pub use locate::{Locations, Position, fmt_field_error, locate};
 pub use schema::{Flavor, RawKernel, RawLive, RawOstree, RawRecipe, RawRootfs, RawRootfsBase, RawSource};
 use sections::Validator;
 
@@ -39,15 +39,13 @@ pub struct RecipeError {
 
 impl fmt::Display for RecipeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.file.display())?;
-        if let Some(p) = self.position {
-            write!(f, ":{}:{}", p.line, p.column)?;
-        }
-        if self.field.is_empty() {
-            write!(f, ": {}", self.message)
-        } else {
-            write!(f, ": {}: {}", self.field, self.message)
-        }
+        crate::recipe::locate::fmt_field_error(
+            f,
+            self.file.display(),
+            self.position,
+            &self.field,
+            &self.message,
+        )
     }
 }
 
