@@ -101,26 +101,7 @@ pub fn run(ctx: &Context, until: Stage, report: &mut PipelineReport) -> Result<(
     report.flavor = ctx.recipe.flavor.to_string();
     report.work_dir = ctx.work_dir.clone();
 
-    // The content-addressed cache is the fetch stage's cache: a stamp could
-    // outlive a cleared cache, so fetch always asks the cache itself.
-    let started = Instant::now();
-    ctx.ui
-        .step("fetch", format!("kernel source: {}", ctx.recipe.kernel.source));
-    let fetched: Fetched = fetch::fetch(&ctx.recipe.kernel.source, &ctx.cache, &ctx.fetch_options, &ctx.ui)
-        .context("stage `fetch` failed")?;
-    let outcome = if fetched.cached {
-        Outcome::Cached
-    } else {
-        Outcome::Ran
-    };
-    record(
-        &mut report.stages,
-        Stage::Fetch,
-        outcome,
-        fetched.sha256.clone(),
-        started,
-        &fetched,
-    )?;
+    let fetched = stage_fetch(ctx, report)?;
     if until == Stage::Fetch {
         return Ok(());
     }
@@ -150,43 +131,7 @@ pub fn run(ctx: &Context, until: Stage, report: &mut PipelineReport) -> Result<(
         return Ok(());
     }
 
-    let key = Key::new()
-        .with("bzimage", &kernel.bzimage_sha256)
-        .with("config", &kernel.config_sha256)
-        .with("modules", kernel.key.as_str())
-        .with(
-            "kconfig",
-            format!(
-                "{} requested, preempt_rt={}",
-                kconfig.requested, kconfig.preempt_rt
-            ),
-        )
-        .with("flavor", recipe.flavor.to_string());
-    let verified: VerifyOutput = ctx.run(report, Stage::Verify)?.cached(
-        &key,
-        |_| true,
-        |dir| {
-            let mut evidence =
-                verify::check_artifacts(&kernel.bzimage, Some(&kernel.config), kernel.modules.as_deref())?;
-            evidence
-                .checks
-                .insert(0, verify::config_check(kconfig.requested, kconfig.preempt_rt));
-            write_file_atomic(
-                &dir.join("evidence.json"),
-                serde_json::to_string_pretty(&evidence)?.as_bytes(),
-            )?;
-            for line in verify::render(&evidence).lines() {
-                ctx.ui.note(line);
-            }
-            let required =
-                rtcheck::required_checks(rtcheck::RequiredFor::build(kernel.modules.is_some(), false));
-            let passed = evidence.all_passed(&required);
-            if recipe.flavor == Flavor::Rt {
-                verify::gate("verify", &evidence, &required)?;
-            }
-            Ok(VerifyOutput { evidence, passed })
-        },
-    )?;
+    let verified = stage_verify(ctx, report, &kconfig, &kernel)?;
     if until == Stage::Verify {
         return Ok(());
     }
@@ -218,6 +163,77 @@ pub fn run(ctx: &Context, until: Stage, report: &mut PipelineReport) -> Result<(
         Some((&booted.evidence, live_iso_sha256.as_str())),
     )?;
     Ok(())
+}
+
+/// The fetch stage: the content-addressed cache is its cache. A stamp could
+/// outlive a cleared cache, so fetch always asks the cache itself.
+fn stage_fetch(ctx: &Context, report: &mut PipelineReport) -> Result<Fetched> {
+    let started = Instant::now();
+    ctx.ui
+        .step("fetch", format!("kernel source: {}", ctx.recipe.kernel.source));
+    let fetched = fetch::fetch(&ctx.recipe.kernel.source, &ctx.cache, &ctx.fetch_options, &ctx.ui)
+        .context("stage `fetch` failed")?;
+    let outcome = if fetched.cached {
+        Outcome::Cached
+    } else {
+        Outcome::Ran
+    };
+    record(
+        &mut report.stages,
+        Stage::Fetch,
+        outcome,
+        fetched.sha256.clone(),
+        started,
+        &fetched,
+    )?;
+    Ok(fetched)
+}
+
+/// The verify stage: every PREEMPT_RT check on the built artifact.
+fn stage_verify(
+    ctx: &Context,
+    report: &mut PipelineReport,
+    kconfig: &KconfigOutput,
+    kernel: &KernelOutput,
+) -> Result<VerifyOutput> {
+    let recipe = &ctx.recipe;
+    let key = Key::new()
+        .with("bzimage", &kernel.bzimage_sha256)
+        .with("config", &kernel.config_sha256)
+        .with("modules", kernel.key.as_str())
+        .with(
+            "kconfig",
+            format!(
+                "{} requested, preempt_rt={}",
+                kconfig.requested, kconfig.preempt_rt
+            ),
+        )
+        .with("flavor", recipe.flavor.to_string());
+    ctx.run(report, Stage::Verify)?.cached(
+        &key,
+        |_| true,
+        |dir| {
+            let mut evidence =
+                verify::check_artifacts(&kernel.bzimage, Some(&kernel.config), kernel.modules.as_deref())?;
+            evidence
+                .checks
+                .insert(0, verify::config_check(kconfig.requested, kconfig.preempt_rt));
+            write_file_atomic(
+                &dir.join("evidence.json"),
+                serde_json::to_string_pretty(&evidence)?.as_bytes(),
+            )?;
+            for line in verify::render(&evidence).lines() {
+                ctx.ui.note(line);
+            }
+            let required =
+                rtcheck::required_checks(rtcheck::RequiredFor::build(kernel.modules.is_some(), false));
+            let passed = evidence.all_passed(&required);
+            if recipe.flavor == Flavor::Rt {
+                verify::gate("verify", &evidence, &required)?;
+            }
+            Ok(VerifyOutput { evidence, passed })
+        },
+    )
 }
 
 fn kernel_files(kernel: &KernelOutput) -> KernelFiles {
