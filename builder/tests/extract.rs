@@ -313,3 +313,27 @@ fn compressed_stream_cut_short_is_refused() {
         }
     }
 }
+
+/// A rootfs may hold absolute links, but a directory entry at a link's own
+/// path must not chmod or chown what the link points at on the host.
+#[test]
+fn a_directory_entry_at_a_link_never_changes_the_host() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let host = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(host.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let target = host.path().display().to_string();
+    let tar = archive(&[("a", Symlink, Some(&target), b""), ("a/", Directory, None, b"")]);
+    let dir = tempfile::tempdir().unwrap();
+    let options = ExtractOptions {
+        preserve_owners: true,
+        skip_special_files: true,
+        rootfs_symlinks: true,
+    };
+    let err = extract_reader(&tar[..], &dir.path().join("root"), options).unwrap_err();
+    assert!(
+        matches!(err.downcast_ref::<UnsafeEntry>(), Some(UnsafeEntry::ThroughSymlink { .. })),
+        "{err:#}"
+    );
+    let meta = std::fs::metadata(host.path()).unwrap();
+    assert_eq!(meta.mode() & 0o7777, 0o700, "the host directory's mode changed");
+}

@@ -289,7 +289,9 @@ fn unpack_entries(
         if rel.as_os_str().is_empty() {
             continue; // the archive's own `./`
         }
-        if let Some(link) = rel.ancestors().skip(1).find(|a| symlinks.contains(*a)) {
+        // The entry itself counts too: `a -> /etc` then a directory `a/`
+        // would otherwise chmod and chown the host's /etc.
+        if let Some(link) = rel.ancestors().find(|a| symlinks.contains(*a)) {
             return Err(UnsafeEntry::ThroughSymlink {
                 entry: name,
                 link: link.display().to_string(),
@@ -369,17 +371,20 @@ fn unpack_entries(
 }
 
 fn apply_dir_attrs(directories: Vec<DirAttrs>, options: ExtractOptions) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     for dir in directories.into_iter().rev() {
+        // Through a descriptor that cannot be a symlink: never a host directory.
+        let handle = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+            .open(&dir.path)
+            .with_context(|| format!("opening {}", dir.path.display()))?;
         if options.preserve_owners {
-            std::os::unix::fs::chown(
-                &dir.path,
-                u32::try_from(dir.uid).ok(),
-                u32::try_from(dir.gid).ok(),
-            )
-            .with_context(|| format!("setting the owner of {}", dir.path.display()))?;
+            std::os::unix::fs::fchown(&handle, u32::try_from(dir.uid).ok(), u32::try_from(dir.gid).ok())
+                .with_context(|| format!("setting the owner of {}", dir.path.display()))?;
         }
-        std::fs::set_permissions(&dir.path, std::fs::Permissions::from_mode(dir.mode & 0o7777))
+        handle
+            .set_permissions(std::fs::Permissions::from_mode(dir.mode & 0o7777))
             .with_context(|| format!("setting the mode of {}", dir.path.display()))?;
     }
     Ok(())
