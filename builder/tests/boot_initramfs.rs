@@ -195,3 +195,20 @@ fn ostree_prepare_root_runs_from_the_unpacked_initramfs() {
         assert_ne!(out.status.code(), Some(127), "{out:?}");
     }
 }
+
+/// The program comes from the image: it runs as nobody, without groups
+/// (and in its own network namespace, unable to gain privileges).
+#[test]
+fn the_images_program_runs_unprivileged() {
+    if !is_root() {
+        return skip("the_images_program_runs_unprivileged", "needs root (chroot)");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("usr/bin")).unwrap();
+    std::fs::copy("/bin/busybox", dir.path().join("usr/bin/busybox")).unwrap();
+    symlink("usr/bin/busybox", dir.path().join("id")).unwrap();
+    let out = imgbuild::stages::rootfs::boot_initramfs::run_chrooted(dir.path(), "/id").unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("uid=65534") && text.contains("gid=65534"), "{text}");
+    assert!(!text.contains("groups=0"), "{text}");
+}

@@ -331,7 +331,10 @@ fn a_directory_entry_at_a_link_never_changes_the_host() {
     };
     let err = extract_reader(&tar[..], &dir.path().join("root"), options).unwrap_err();
     assert!(
-        matches!(err.downcast_ref::<UnsafeEntry>(), Some(UnsafeEntry::ThroughSymlink { .. })),
+        matches!(
+            err.downcast_ref::<UnsafeEntry>(),
+            Some(UnsafeEntry::ThroughSymlink { .. })
+        ),
         "{err:#}"
     );
     let meta = std::fs::metadata(host.path()).unwrap();

@@ -80,23 +80,57 @@ pub fn check_prepare_root_runs(archive: &Archive) -> Result<PrepareRootCheck> {
     Ok(PrepareRootCheck::Ran(output))
 }
 
+/// The unprivileged identity the image's program runs as (`nobody`).
+const NOBODY: libc::uid_t = 65534;
+/// How long the image's program may run before it is killed.
+const RUN_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Runs `program` (an absolute path inside `dir`) with `dir` as its root.
+/// The program comes from the (hostile) image, so it runs without
+/// privileges: in new network and IPC namespaces, chrooted, as `nobody` with
+/// no groups and `no_new_privs` (setuid bits in the image do nothing), and
+/// killed after [`RUN_LIMIT`].
 pub fn run_chrooted(dir: &Path, program: &str) -> std::io::Result<Output> {
+    std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
     let new_root = CString::new(dir.as_os_str().as_bytes())?;
     let mut command = Command::new(program);
     command
         .env_clear()
         .env("PATH", "/usr/bin:/usr/sbin")
-        .stdin(Stdio::null());
-    // SAFETY: chroot and chdir are async-signal-safe system calls; the
-    // closure allocates nothing (the path was made before the fork).
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: unshare, chroot, chdir, setgroups, setgid, setuid and prctl
+    // are async-signal-safe system calls; the closure allocates nothing (the
+    // path was made before the fork).
     unsafe {
         command.pre_exec(move || {
-            if libc::chroot(new_root.as_ptr()) != 0 || libc::chdir(c"/".as_ptr()) != 0 {
+            let ok = libc::unshare(libc::CLONE_NEWNET | libc::CLONE_NEWIPC) == 0
+                && libc::chroot(new_root.as_ptr()) == 0
+                && libc::chdir(c"/".as_ptr()) == 0
+                && libc::setgroups(0, std::ptr::null()) == 0
+                && libc::setgid(NOBODY) == 0
+                && libc::setuid(NOBODY) == 0
+                && libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0;
+            if !ok {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
         });
     }
-    command.output()
+    crate::tool::die_with_parent(&mut command);
+    let mut child = command.spawn()?;
+    let started = std::time::Instant::now();
+    while child.try_wait()?.is_none() {
+        if started.elapsed() > RUN_LIMIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(std::io::Error::other(format!(
+                "{program} did not finish within {}s",
+                RUN_LIMIT.as_secs()
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output()
 }
