@@ -73,11 +73,12 @@ impl Kernel {
         rtcheck::vermagic::synthetic::module(format!("vermagic={RELEASE} SMP{flags} mod_unload\0").as_bytes())
     }
 
-    /// Writes `usr/lib/modules/<release>/{vmlinuz,config,kernel/dummy.ko}` under `tree`.
+    /// Writes `usr/lib/modules/<release>/{vmlinuz,initramfs.img,config,kernel/dummy.ko}` under `tree`.
     fn install(self, tree: &Path) {
         let dir = tree.join("usr/lib/modules").join(RELEASE);
         std::fs::create_dir_all(dir.join("kernel")).unwrap();
         std::fs::write(dir.join("vmlinuz"), self.image()).unwrap();
+        std::fs::write(dir.join("initramfs.img"), b"initramfs").unwrap();
         std::fs::write(dir.join("config"), self.config()).unwrap();
         std::fs::write(dir.join("kernel/dummy.ko"), self.module()).unwrap();
     }
@@ -528,6 +529,27 @@ fn publish_gate_refuses_kernels_it_cannot_read_unambiguously() {
     std::fs::write(second.join("vmlinuz"), Kernel::Generic.image()).unwrap();
     let checksum = handmade_commit(&repo, &two, "rt", &rt_evidence(), Some(&boot));
     gate_refuses(&repo, REF, &checksum, "carries 2 kernels");
+
+    // ostree's legacy lookup: with a kernel in /usr/lib/ostree-boot (or
+    // /boot), devices could boot that one instead of the one checked.
+    for legacy in ["usr/lib/ostree-boot", "boot"] {
+        let tree = small_tree(&dir.path().join(legacy.replace('/', "-")), "rt\n", Kernel::Rt);
+        std::fs::create_dir_all(tree.join(legacy)).unwrap();
+        let sum = "a".repeat(64);
+        std::fs::write(
+            tree.join(legacy).join(format!("vmlinuz-{sum}")),
+            Kernel::Generic.image(),
+        )
+        .unwrap();
+        std::fs::write(tree.join(legacy).join(format!("initramfs-{sum}")), b"x").unwrap();
+        let checksum = handmade_commit(&repo, &tree, "rt", &rt_evidence(), Some(&boot));
+        gate_refuses(&repo, REF, &checksum, "legacy lookup");
+    }
+    // Without the initramfs beside it, ostree would look for the kernel elsewhere.
+    let bare = small_tree(&dir.path().join("bare"), "rt\n", Kernel::Rt);
+    std::fs::remove_file(bare.join("usr/lib/modules").join(RELEASE).join("initramfs.img")).unwrap();
+    let checksum = handmade_commit(&repo, &bare, "rt", &rt_evidence(), Some(&boot));
+    gate_refuses(&repo, REF, &checksum, "initramfs.img is missing");
 
     // No kernel at all.
     let empty = dir.path().join("empty");

@@ -76,6 +76,7 @@ fn tree(dir: &Path, revision: u8) -> PathBuf {
     let mut vmlinuz = rtcheck::bzimage::synthetic::kernel(&format!("6.12.0 (ci@imgbuild) {RT_UTS}"), None);
     vmlinuz.extend(noise(1, 400_000));
     std::fs::write(tree.join("usr/lib/modules/6.12.0/vmlinuz"), vmlinuz).unwrap();
+    std::fs::write(tree.join("usr/lib/modules/6.12.0/initramfs.img"), b"initramfs").unwrap();
     std::fs::write(tree.join("usr/lib/modules/6.12.0/config"), RT_CONFIG).unwrap();
     std::fs::write(
         tree.join("usr/lib/modules/6.12.0/initramfs.img"),

@@ -124,8 +124,40 @@ fn regular_file(dir: &gio::File, name: &str) -> Result<Option<Vec<u8>>> {
     contents(&file).map(Some)
 }
 
-/// The one kernel directory `/usr/lib/modules/<release>` holding a `vmlinuz`.
+/// Where ostree also looks for a kernel (`vmlinuz-*`, `initramfs-*`). When
+/// the modules directory has no initramfs and one of these has, ostree boots
+/// the one here: a commit may hold no kernel in them, or the gate would check
+/// one kernel while devices boot another.
+const LEGACY_KERNEL_DIRS: &[&str] = &["usr/lib/ostree-boot", "boot"];
+
+/// Refuses a commit with a kernel or initramfs where ostree's legacy lookup finds one.
+fn refuse_legacy_kernels(root: &gio::File) -> Result<()> {
+    let mut found = Vec::new();
+    for dir in LEGACY_KERNEL_DIRS {
+        let dir_file = root.resolve_relative_path(dir);
+        if entry_type(&dir_file)? != Some(gio::FileType::Directory) {
+            continue;
+        }
+        for (name, _) in children(&dir_file)? {
+            if name.starts_with("vmlinuz") || name.starts_with("initramfs") {
+                found.push(format!("/{dir}/{name}"));
+            }
+        }
+    }
+    if found.is_empty() {
+        Ok(())
+    } else {
+        Err(refused(
+            "the commit holds a kernel where ostree's legacy lookup would boot it instead of /usr/lib/modules/<release>/vmlinuz",
+            found,
+        ))
+    }
+}
+
+/// The one kernel directory `/usr/lib/modules/<release>` holding a
+/// `vmlinuz` and the `initramfs.img` that makes ostree boot it.
 fn kernel_dir(root: &gio::File) -> Result<(String, gio::File)> {
+    refuse_legacy_kernels(root)?;
     let modules = root.resolve_relative_path(MODULES_DIR);
     if entry_type(&modules)? != Some(gio::FileType::Directory) {
         return Err(refused(
@@ -141,6 +173,15 @@ fn kernel_dir(root: &gio::File) -> Result<(String, gio::File)> {
         }
     }
     match kernels.len() {
+        1 if entry_type(&kernels[0].1.child("initramfs.img"))? != Some(gio::FileType::Regular) => {
+            Err(refused(
+                format!(
+                    "/{MODULES_DIR}/{}/initramfs.img is missing: ostree would look for the kernel elsewhere",
+                    kernels[0].0
+                ),
+                vec![],
+            ))
+        }
         1 => Ok(kernels.remove(0)),
         0 => Err(refused(
             format!("the commit has no /{MODULES_DIR}/<release>/vmlinuz"),
