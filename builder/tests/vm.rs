@@ -64,7 +64,7 @@ fn qemu_args_forward_ssh_from_loopback_only() {
     let args = vm::qemu_args(&plan());
     assert_eq!(
         values(&args, "-netdev"),
-        ["user,id=net,hostfwd=tcp:127.0.0.1:2222-:22"]
+        ["user,id=net,restrict=on,hostfwd=tcp:127.0.0.1:2222-:22"]
     );
     assert_eq!(
         args.iter().filter(|a| a.contains("hostfwd")).count(),

@@ -103,7 +103,12 @@ pub fn qemu_args(plan: &QemuPlan) -> Vec<String> {
             "virtio-blk-pci,drive=disk,bootindex=0",
             "-netdev",
             // Only loopback: the guest's SSH is never offered to the network.
-            &format!("user,id=net,hostfwd=tcp:127.0.0.1:{}-:22", plan.ssh_port),
+            // `restrict=on`: a (possibly hostile) guest reaches neither the
+            // outside nor the host's own 127.0.0.1 services (10.0.2.2).
+            &format!(
+                "user,id=net,restrict=on,hostfwd=tcp:127.0.0.1:{}-:22",
+                plan.ssh_port
+            ),
             "-device",
             "virtio-net-pci,netdev=net",
         ]

@@ -64,6 +64,9 @@ pub fn copy_ovmf_vars(dir: &Path) -> Result<PathBuf> {
 /// A path as a value inside a QEMU option list (`file=...`), where a comma
 /// ends the value unless it is doubled.
 pub fn escape(path: &Path) -> String {
+    // Absolute, so a name like `nbd:…` or `json:{…}` is never read as a
+    // protocol; commas doubled, so no option can be appended.
+    let path = std::path::absolute(path).unwrap_or_else(|_| Path::new("/").join(path));
     path.display().to_string().replace(',', ",,")
 }
 

@@ -178,11 +178,21 @@ pub fn qemu_args(iso: &Path, console_log: &Path, options: &BootOptions, vars: Op
         "none".into(),
         "-no-reboot".into(),
         "-serial".into(),
-        format!("file:{}", console_log.display()),
+        format!(
+            "file:{}",
+            std::path::absolute(console_log)
+                .unwrap_or_else(|_| console_log.to_path_buf())
+                .display()
+        ),
         "-cdrom".into(),
-        iso.display().to_string(),
+        // Absolute: a name like `nbd:…` is never read as a protocol.
+        std::path::absolute(iso)
+            .unwrap_or_else(|_| iso.to_path_buf())
+            .display()
+            .to_string(),
         "-netdev".into(),
-        "user,id=n0".into(),
+        // The guest needs DHCP only: it reaches neither the outside nor the host.
+        "user,id=n0,restrict=on".into(),
         "-device".into(),
         "virtio-net-pci,netdev=n0".into(),
     ]);
