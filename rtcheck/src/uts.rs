@@ -139,6 +139,84 @@ pub fn parse_uts_version(text: &str) -> Result<UtsVersion, UtsError> {
     })
 }
 
+/// The start of the kernel's `linux_banner` (init/version-timestamp.c):
+/// `Linux version <release> (<by>@<host>) (<compiler>) <UTS_VERSION>\n`.
+const BANNER_PREFIX: &[u8] = b"Linux version ";
+/// A banner is a few hundred bytes; a longer run is not one.
+const MAX_BANNER: usize = 1024;
+
+/// Why the kernel's own banner does not vouch for a setup-header version string.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BannerError {
+    #[error("the kernel payload holds no `Linux version …` banner")]
+    Missing,
+    #[error("the kernel payload holds {} different banners, so it reads more than one way: {banners:?}", banners.len())]
+    Several { banners: Vec<String> },
+    #[error("the payload's banner is for release {banner:?} but the setup header says {header:?}")]
+    ReleaseMismatch { header: String, banner: String },
+    #[error("the payload's banner {banner:?} does not end with the setup header's UTS_VERSION {header:?}")]
+    VersionMismatch { header: String, banner: String },
+}
+
+/// The distinct `linux_banner`s in an uncompressed kernel, in order of
+/// appearance: NUL-terminated text from `Linux version <release> (` to a
+/// final newline. Other text starting `Linux version ` is not a banner.
+pub fn linux_banners(vmlinux: &[u8]) -> Vec<String> {
+    let mut banners: Vec<String> = Vec::new();
+    let mut from = 0;
+    while let Some(at) = crate::ikconfig::find(vmlinux, BANNER_PREFIX, from) {
+        from = at + BANNER_PREFIX.len();
+        if let Some(banner) = banner_at(&vmlinux[at..])
+            && !banners.iter().any(|b| *b == banner)
+        {
+            banners.push(banner);
+        }
+    }
+    banners
+}
+
+fn banner_at(bytes: &[u8]) -> Option<String> {
+    let window = &bytes[..bytes.len().min(MAX_BANNER)];
+    let nul = window.iter().position(|&b| b == 0)?;
+    let text = std::str::from_utf8(&window[..nul]).ok()?;
+    let body = text.strip_suffix('\n')?;
+    (!body.contains('\n') && banner_release(body).is_some()).then(|| text.to_string())
+}
+
+/// The release in `Linux version <release> (…`.
+fn banner_release(banner: &str) -> Option<&str> {
+    let rest = banner.strip_prefix("Linux version ")?;
+    let (release, _) = rest.split_once(" (")?;
+    (!release.is_empty()).then_some(release)
+}
+
+/// The one banner in `vmlinux`, required to name `release` and to end with
+/// exactly `uts_version` and a newline: what ties a setup-header version
+/// string to the kernel that the image really boots.
+pub fn matching_banner(vmlinux: &[u8], release: &str, uts_version: &str) -> Result<String, BannerError> {
+    let mut banners = linux_banners(vmlinux);
+    let banner = match banners.len() {
+        0 => return Err(BannerError::Missing),
+        1 => banners.remove(0),
+        _ => return Err(BannerError::Several { banners }),
+    };
+    let found = banner_release(banner.trim_end()).unwrap_or_default();
+    if found != release {
+        return Err(BannerError::ReleaseMismatch {
+            header: release.to_string(),
+            banner: found.to_string(),
+        });
+    }
+    // Mainline writes `) UTS_VERSION\n`: the compiler's closing parenthesis first.
+    if !banner.ends_with(&format!(") {uts_version}\n")) {
+        return Err(BannerError::VersionMismatch {
+            header: uts_version.to_string(),
+            banner,
+        });
+    }
+    Ok(banner)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
