@@ -190,11 +190,34 @@ fn banner_release(banner: &str) -> Option<&str> {
     (!release.is_empty()).then_some(release)
 }
 
+/// Since Linux 6.1 kbuild compiles init/version.c before the build number is
+/// known and links the real banner from init/version-timestamp.c, so the
+/// weak, overridden copy stays in the image: the same text with `#` and no
+/// build number. `candidate` is that copy of `real` only when nothing else differs.
+fn is_placeholder_of(candidate: &str, real: &str) -> bool {
+    real.match_indices(") #").any(|(at, head)| {
+        let digits_start = at + head.len();
+        let digits = real[digits_start..]
+            .bytes()
+            .take_while(u8::is_ascii_digit)
+            .count();
+        digits > 0 && candidate.len() + digits == real.len() && {
+            let (before, after) = (&real[..digits_start], &real[digits_start + digits..]);
+            candidate.strip_prefix(before) == Some(after)
+        }
+    })
+}
+
 /// The one banner in `vmlinux`, required to name `release` and to end with
 /// exactly `uts_version` and a newline: what ties a setup-header version
 /// string to the kernel that the image really boots.
 pub fn matching_banner(vmlinux: &[u8], release: &str, uts_version: &str) -> Result<String, BannerError> {
-    let mut banners = linux_banners(vmlinux);
+    let all = linux_banners(vmlinux);
+    let mut banners: Vec<String> = all
+        .iter()
+        .filter(|b| !all.iter().any(|real| is_placeholder_of(b, real)))
+        .cloned()
+        .collect();
     let banner = match banners.len() {
         0 => return Err(BannerError::Missing),
         1 => banners.remove(0),
@@ -220,6 +243,58 @@ pub fn matching_banner(vmlinux: &[u8], release: &str, uts_version: &str) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const RT_BANNER: &str = "Linux version 6.1.0-57-rt-amd64 (debian-kernel@lists.debian.org) (gcc-12 (Debian 12.2.0-14) 12.2.0, GNU ld 2.40) #1 SMP PREEMPT_RT Debian 6.1.192-3 (2026-11-26)\n";
+    const RT_UTS: &str = "#1 SMP PREEMPT_RT Debian 6.1.192-3 (2026-11-26)";
+
+    fn kernel_with(banners: &[&str]) -> Vec<u8> {
+        let mut vmlinux = b"\x7fELF".to_vec();
+        for banner in banners {
+            vmlinux.extend_from_slice(banner.as_bytes());
+            vmlinux.push(0);
+        }
+        vmlinux
+    }
+
+    #[test]
+    fn banner_matches_release_and_uts_version() {
+        let vmlinux = kernel_with(&[RT_BANNER]);
+        assert_eq!(
+            matching_banner(&vmlinux, "6.1.0-57-rt-amd64", RT_UTS).unwrap(),
+            RT_BANNER
+        );
+        assert!(matches!(
+            matching_banner(&vmlinux, "6.1.0-57-cloud-amd64", RT_UTS),
+            Err(BannerError::ReleaseMismatch { .. })
+        ));
+        // Ends with the UTS_VERSION exactly, not merely containing it.
+        assert!(matches!(
+            matching_banner(
+                &vmlinux,
+                "6.1.0-57-rt-amd64",
+                "PREEMPT_RT Debian 6.1.192-3 (2026-11-26)"
+            ),
+            Err(BannerError::VersionMismatch { .. })
+        ));
+        assert_eq!(
+            matching_banner(b"Linux version %s\n\0", "6.1", RT_UTS),
+            Err(BannerError::Missing)
+        );
+    }
+
+    #[test]
+    fn the_placeholder_banner_of_a_split_build_is_not_a_second_banner() {
+        let placeholder = RT_BANNER.replace(") #1 SMP", ") # SMP");
+        let vmlinux = kernel_with(&[&placeholder, RT_BANNER]);
+        assert!(matching_banner(&vmlinux, "6.1.0-57-rt-amd64", RT_UTS).is_ok());
+        // Anything else that differs is a second banner.
+        let other = RT_BANNER.replace(") #1 SMP PREEMPT_RT", ") # SMP PREEMPT_DYNAMIC");
+        let vmlinux = kernel_with(&[&other, RT_BANNER]);
+        assert!(matches!(
+            matching_banner(&vmlinux, "6.1.0-57-rt-amd64", RT_UTS),
+            Err(BannerError::Several { .. })
+        ));
+    }
 
     #[test]
     fn mainline_rt() {
