@@ -167,7 +167,7 @@ pub fn linux_banners(vmlinux: &[u8]) -> Vec<String> {
     while let Some(at) = crate::ikconfig::find(vmlinux, BANNER_PREFIX, from) {
         from = at + BANNER_PREFIX.len();
         if let Some(banner) = banner_at(&vmlinux[at..])
-            && !banners.iter().any(|b| *b == banner)
+            && !banners.contains(&banner)
         {
             banners.push(banner);
         }
