@@ -219,16 +219,38 @@ pub mod synthetic {
         encoder.finish().expect("writing to a Vec")
     }
 
-    /// A kernel image with a gzip payload that embeds `config` as IKCONFIG
-    /// (or embeds none).
-    pub fn kernel(version: &str, config: Option<&str>) -> Vec<u8> {
+    /// The `linux_banner` (with its NUL) of a kernel whose setup header says
+    /// `version`, as kbuild writes it; nothing when `version` does not parse.
+    pub fn banner(version: &str) -> Vec<u8> {
+        parse_version_string(version).map_or_else(
+            |_| Vec::new(),
+            |v| {
+                format!(
+                    "Linux version {} ({}) (synthetic-cc 1.0, synthetic-ld 1.0) {}\n\0",
+                    v.release, v.builder, v.uts_version
+                )
+                .into_bytes()
+            },
+        )
+    }
+
+    /// An uncompressed kernel: its banner for `version` and `config` as
+    /// IKCONFIG (or none).
+    pub fn vmlinux(version: &str, config: Option<&str>) -> Vec<u8> {
         let mut vmlinux = b"\x7fELF...".to_vec();
+        vmlinux.extend(banner(version));
         if let Some(config) = config {
             vmlinux.extend_from_slice(b"IKCFG_ST");
             vmlinux.extend(gzip(config.as_bytes()));
             vmlinux.extend_from_slice(b"IKCFG_ED");
         }
-        image_with_payload(version, &gzip(&vmlinux))
+        vmlinux
+    }
+
+    /// A kernel image with a gzip payload that carries the banner matching
+    /// `version` and embeds `config` as IKCONFIG (or embeds none).
+    pub fn kernel(version: &str, config: Option<&str>) -> Vec<u8> {
+        image_with_payload(version, &gzip(&vmlinux(version, config)))
     }
 }
 

@@ -317,12 +317,13 @@ pub fn check_image(image: &[u8], build_config: Option<&str>) -> Evidence {
             header.protocol.0, header.protocol.1, header.version.raw
         ),
     ));
-    evidence.record(uts_version_check(id::UTS_VERSION, &header.version.uts_version));
+    let vmlinux = decompressed_payload(image, header.payload);
+    evidence.record(image_uts_version_check(&header.version, &vmlinux));
 
     let promised = build_config
         .and_then(|text| Config::parse(text).ok())
         .is_some_and(|c| c.is_enabled("CONFIG_IKCONFIG"));
-    let embedded = embedded_config(image, header.payload);
+    let embedded = embedded_config(&vmlinux);
     evidence.record(match &embedded {
         Embedded::Found(text) => config_text_check(id::IKCONFIG, "embedded IKCONFIG", text),
         Embedded::Absent if promised => Check::fail(
@@ -360,18 +361,82 @@ enum Embedded {
     Broken(String),
 }
 
+/// Why the kernel inside a bzImage could not be had.
 #[cfg(feature = "image")]
-fn embedded_config(image: &[u8], payload: Option<(usize, usize)>) -> Embedded {
-    use crate::ikconfig::{IkconfigError, decompress_payload, extract_from_vmlinux};
-    let Some((start, len)) = payload else {
-        return Embedded::Broken(
-            "no compressed payload in the image (payload_offset/length unset or out of bounds)".into(),
-        );
+enum PayloadError {
+    Missing,
+    /// The payload uses a codec this crate does not decode.
+    Unreadable(String),
+    Broken(String),
+}
+
+#[cfg(feature = "image")]
+impl fmt::Display for PayloadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PayloadError::Missing => f.write_str(
+                "no compressed payload in the image (payload_offset/length unset or out of bounds)",
+            ),
+            PayloadError::Unreadable(why) | PayloadError::Broken(why) => f.write_str(why),
+        }
+    }
+}
+
+/// The uncompressed kernel, decompressed once for every check that reads it.
+#[cfg(feature = "image")]
+fn decompressed_payload(image: &[u8], payload: Option<(usize, usize)>) -> Result<Vec<u8>, PayloadError> {
+    use crate::ikconfig::{IkconfigError, decompress_payload};
+    let (start, len) = payload.ok_or(PayloadError::Missing)?;
+    decompress_payload(&image[start..start + len]).map_err(|e| match e {
+        IkconfigError::UnsupportedCodec(_) => PayloadError::Unreadable(e.to_string()),
+        e => PayloadError::Broken(e.to_string()),
+    })
+}
+
+/// The setup header's UTS_VERSION must declare PREEMPT_RT, and the kernel's
+/// own `linux_banner` must carry that same release and UTS_VERSION: the
+/// header string alone is not tied to the code that boots.
+#[cfg(feature = "image")]
+fn image_uts_version_check(
+    version: &crate::bzimage::KernelVersion,
+    vmlinux: &Result<Vec<u8>, PayloadError>,
+) -> Check {
+    use crate::uts::matching_banner;
+    let check = uts_version_check(id::UTS_VERSION, &version.uts_version);
+    if check.status != Status::Pass {
+        return check;
+    }
+    let unproven = |why: String| {
+        Check::fail(
+            id::UTS_VERSION,
+            format!(
+                "setup header says {:?} but the kernel does not confirm it: {why}",
+                version.raw
+            ),
+        )
     };
-    match decompress_payload(&image[start..start + len]) {
-        Err(e @ IkconfigError::UnsupportedCodec(_)) => Embedded::Unreadable(e.to_string()),
+    match vmlinux {
+        Err(e) => unproven(format!("cannot read the kernel's banner: {e}")),
+        Ok(vmlinux) => match matching_banner(vmlinux, &version.release, &version.uts_version) {
+            Ok(_) => Check::pass(
+                id::UTS_VERSION,
+                format!(
+                    "{}; the kernel's banner has the same release and UTS_VERSION",
+                    check.detail
+                ),
+            ),
+            Err(e) => unproven(e.to_string()),
+        },
+    }
+}
+
+#[cfg(feature = "image")]
+fn embedded_config(vmlinux: &Result<Vec<u8>, PayloadError>) -> Embedded {
+    use crate::ikconfig::extract_from_vmlinux;
+    match vmlinux {
+        Err(e @ PayloadError::Unreadable(_)) => Embedded::Unreadable(e.to_string()),
         Err(e) => Embedded::Broken(e.to_string()),
-        Ok(vmlinux) => match extract_from_vmlinux(&vmlinux) {
+        Ok(vmlinux) => match extract_from_vmlinux(vmlinux) {
             Ok(Some(text)) => Embedded::Found(text),
             Ok(None) => Embedded::Absent,
             Err(e) => Embedded::Broken(e.to_string()),
@@ -583,7 +648,7 @@ mod tests {
     #[test]
     fn image_checks_on_synthetic_images() {
         use crate::bzimage::synthetic::{
-            image as synthetic_image, image_with_payload as synthetic_image_with_payload,
+            self, image as synthetic_image, image_with_payload as synthetic_image_with_payload,
         };
         let rt_config = "CONFIG_PREEMPT_RT=y\nCONFIG_IKCONFIG=y\n";
         let rt = check_image(
@@ -613,8 +678,9 @@ mod tests {
         );
         assert_eq!(lying.get(id::IKCONFIG).unwrap().status, Status::Fail);
 
+        let rt_version = "6.12 (a@b) #1 SMP PREEMPT_RT x";
         let no_ikconfig = check_image(
-            &synthetic_image_with_payload("6.12 (a@b) #1 SMP PREEMPT_RT x", &gzip(b"vmlinux")),
+            &synthetic_image_with_payload(rt_version, &gzip(&synthetic::vmlinux(rt_version, None))),
             None,
         );
         assert_eq!(no_ikconfig.get(id::IKCONFIG).unwrap().status, Status::Skip);
@@ -648,5 +714,82 @@ mod tests {
         let garbage = check_image(b"garbage", Some("# CONFIG_PREEMPT_RT is not set\n"));
         assert_eq!(garbage.get(id::HEADER).unwrap().status, Status::Fail);
         assert_eq!(garbage.get(id::BUILD_CONFIG).unwrap().status, Status::Fail);
+    }
+
+    /// A Debian cloud kernel's header, patched to claim PREEMPT_RT.
+    #[cfg(feature = "image")]
+    const PATCHED_HEADER: &str = "6.12.43+deb13-cloud-amd64 (debian-kernel@lists.debian.org) #1 SMP PREEMPT_RT Debian 6.12.43-1 (2025-08-27)";
+
+    #[cfg(feature = "image")]
+    fn image_with_vmlinux(header: &str, vmlinux: &[u8]) -> Vec<u8> {
+        crate::bzimage::synthetic::image_with_payload(header, &gzip(vmlinux))
+    }
+
+    #[cfg(feature = "image")]
+    fn uts_check_of(image: &[u8]) -> Check {
+        check_image(image, None).get(id::UTS_VERSION).unwrap().clone()
+    }
+
+    #[cfg(feature = "image")]
+    #[test]
+    fn a_patched_header_over_a_non_rt_kernel_is_refused() {
+        use crate::bzimage::synthetic::vmlinux;
+        let real = "6.12.43+deb13-cloud-amd64 (debian-kernel@lists.debian.org) #1 SMP PREEMPT_DYNAMIC Debian 6.12.43-1 (2025-08-27)";
+        let check = uts_check_of(&image_with_vmlinux(PATCHED_HEADER, &vmlinux(real, None)));
+        assert_eq!(check.status, Status::Fail, "{check}");
+        assert!(check.detail.contains("PREEMPT_DYNAMIC"), "{check}");
+        assert!(check.detail.contains("does not end with"), "{check}");
+        // The release is checked too.
+        let other = "6.12.44-rt-amd64 (debian-kernel@lists.debian.org) #1 SMP PREEMPT_RT Debian 6.12.43-1 (2025-08-27)";
+        let check = uts_check_of(&image_with_vmlinux(PATCHED_HEADER, &vmlinux(other, None)));
+        assert_eq!(check.status, Status::Fail, "{check}");
+        assert!(check.detail.contains("6.12.44-rt-amd64"), "{check}");
+    }
+
+    #[cfg(feature = "image")]
+    #[test]
+    fn a_genuine_banner_confirms_the_header() {
+        let image = crate::bzimage::synthetic::kernel(PATCHED_HEADER, None);
+        let evidence = check_image(&image, None);
+        assert!(
+            evidence.all_passed(&required_checks(RequiredFor::image(false))),
+            "{evidence:#?}"
+        );
+        assert!(
+            evidence.get(id::UTS_VERSION).unwrap().detail.contains("banner"),
+            "{evidence:#?}"
+        );
+    }
+
+    #[cfg(feature = "image")]
+    #[test]
+    fn a_kernel_without_a_banner_is_refused() {
+        let check = uts_check_of(&image_with_vmlinux(PATCHED_HEADER, b"\x7fELF no banner"));
+        assert_eq!(check.status, Status::Fail, "{check}");
+        assert!(check.detail.contains("no `Linux version"), "{check}");
+        // Nor is a payload that cannot be decompressed, or none at all.
+        let bzip2 = crate::bzimage::synthetic::image_with_payload(PATCHED_HEADER, b"BZh91AY&SY");
+        assert_eq!(uts_check_of(&bzip2).status, Status::Fail);
+        let none = crate::bzimage::synthetic::image(PATCHED_HEADER, 30);
+        assert_eq!(uts_check_of(&none).status, Status::Fail);
+    }
+
+    #[cfg(feature = "image")]
+    #[test]
+    fn two_different_banners_are_refused() {
+        use crate::bzimage::synthetic::{banner, vmlinux};
+        let real = "6.12.43+deb13-cloud-amd64 (debian-kernel@lists.debian.org) #1 SMP PREEMPT_DYNAMIC Debian 6.12.43-1 (2025-08-27)";
+        let mut both = vmlinux(real, None);
+        both.extend(banner(PATCHED_HEADER));
+        let check = uts_check_of(&image_with_vmlinux(PATCHED_HEADER, &both));
+        assert_eq!(check.status, Status::Fail, "{check}");
+        assert!(check.detail.contains("2 different banners"), "{check}");
+        // The same banner twice is still one banner.
+        let mut twice = vmlinux(PATCHED_HEADER, None);
+        twice.extend(banner(PATCHED_HEADER));
+        assert_eq!(
+            uts_check_of(&image_with_vmlinux(PATCHED_HEADER, &twice)).status,
+            Status::Pass
+        );
     }
 }

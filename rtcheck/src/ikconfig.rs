@@ -28,7 +28,8 @@ pub enum IkconfigError {
     UnsupportedCodec(String),
 }
 
-fn find(haystack: &[u8], needle: &[u8], from: usize) -> Option<usize> {
+/// The first `needle` in `haystack` at or after `from`.
+pub(crate) fn find(haystack: &[u8], needle: &[u8], from: usize) -> Option<usize> {
     haystack
         .get(from..)?
         .windows(needle.len())

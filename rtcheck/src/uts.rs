@@ -139,9 +139,162 @@ pub fn parse_uts_version(text: &str) -> Result<UtsVersion, UtsError> {
     })
 }
 
+/// The start of the kernel's `linux_banner` (init/version-timestamp.c):
+/// `Linux version <release> (<by>@<host>) (<compiler>) <UTS_VERSION>\n`.
+const BANNER_PREFIX: &[u8] = b"Linux version ";
+/// A banner is a few hundred bytes; a longer run is not one.
+const MAX_BANNER: usize = 1024;
+
+/// Why the kernel's own banner does not vouch for a setup-header version string.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BannerError {
+    #[error("the kernel payload holds no `Linux version …` banner")]
+    Missing,
+    #[error("the kernel payload holds {} different banners, so it reads more than one way: {banners:?}", banners.len())]
+    Several { banners: Vec<String> },
+    #[error("the payload's banner is for release {banner:?} but the setup header says {header:?}")]
+    ReleaseMismatch { header: String, banner: String },
+    #[error("the payload's banner {banner:?} does not end with the setup header's UTS_VERSION {header:?}")]
+    VersionMismatch { header: String, banner: String },
+}
+
+/// The distinct `linux_banner`s in an uncompressed kernel, in order of
+/// appearance: NUL-terminated text from `Linux version <release> (` to a
+/// final newline. Other text starting `Linux version ` is not a banner.
+pub fn linux_banners(vmlinux: &[u8]) -> Vec<String> {
+    let mut banners: Vec<String> = Vec::new();
+    let mut from = 0;
+    while let Some(at) = crate::ikconfig::find(vmlinux, BANNER_PREFIX, from) {
+        from = at + BANNER_PREFIX.len();
+        if let Some(banner) = banner_at(&vmlinux[at..])
+            && !banners.contains(&banner)
+        {
+            banners.push(banner);
+        }
+    }
+    banners
+}
+
+fn banner_at(bytes: &[u8]) -> Option<String> {
+    let window = &bytes[..bytes.len().min(MAX_BANNER)];
+    let nul = window.iter().position(|&b| b == 0)?;
+    let text = std::str::from_utf8(&window[..nul]).ok()?;
+    let body = text.strip_suffix('\n')?;
+    (!body.contains('\n') && banner_release(body).is_some()).then(|| text.to_string())
+}
+
+/// The release in `Linux version <release> (…`.
+fn banner_release(banner: &str) -> Option<&str> {
+    let rest = banner.strip_prefix("Linux version ")?;
+    let (release, _) = rest.split_once(" (")?;
+    (!release.is_empty()).then_some(release)
+}
+
+/// Since Linux 6.1 kbuild compiles init/version.c before the build number is
+/// known and links the real banner from init/version-timestamp.c, so the
+/// weak, overridden copy stays in the image: the same text with `#` and no
+/// build number. `candidate` is that copy of `real` only when nothing else differs.
+fn is_placeholder_of(candidate: &str, real: &str) -> bool {
+    real.match_indices(") #").any(|(at, head)| {
+        let digits_start = at + head.len();
+        let digits = real[digits_start..]
+            .bytes()
+            .take_while(u8::is_ascii_digit)
+            .count();
+        digits > 0 && candidate.len() + digits == real.len() && {
+            let (before, after) = (&real[..digits_start], &real[digits_start + digits..]);
+            candidate.strip_prefix(before) == Some(after)
+        }
+    })
+}
+
+/// The one banner in `vmlinux`, required to name `release` and to end with
+/// exactly `uts_version` and a newline: what ties a setup-header version
+/// string to the kernel that the image really boots.
+pub fn matching_banner(vmlinux: &[u8], release: &str, uts_version: &str) -> Result<String, BannerError> {
+    let all = linux_banners(vmlinux);
+    let mut banners: Vec<String> = all
+        .iter()
+        .filter(|b| !all.iter().any(|real| is_placeholder_of(b, real)))
+        .cloned()
+        .collect();
+    let banner = match banners.len() {
+        0 => return Err(BannerError::Missing),
+        1 => banners.remove(0),
+        _ => return Err(BannerError::Several { banners }),
+    };
+    let found = banner_release(banner.trim_end()).unwrap_or_default();
+    if found != release {
+        return Err(BannerError::ReleaseMismatch {
+            header: release.to_string(),
+            banner: found.to_string(),
+        });
+    }
+    // Mainline writes `) UTS_VERSION\n`: the compiler's closing parenthesis first.
+    if !banner.ends_with(&format!(") {uts_version}\n")) {
+        return Err(BannerError::VersionMismatch {
+            header: uts_version.to_string(),
+            banner,
+        });
+    }
+    Ok(banner)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const RT_BANNER: &str = "Linux version 6.1.0-57-rt-amd64 (debian-kernel@lists.debian.org) (gcc-12 (Debian 12.2.0-14) 12.2.0, GNU ld 2.40) #1 SMP PREEMPT_RT Debian 6.1.192-3 (2026-11-26)\n";
+    const RT_UTS: &str = "#1 SMP PREEMPT_RT Debian 6.1.192-3 (2026-11-26)";
+
+    fn kernel_with(banners: &[&str]) -> Vec<u8> {
+        let mut vmlinux = b"\x7fELF".to_vec();
+        for banner in banners {
+            vmlinux.extend_from_slice(banner.as_bytes());
+            vmlinux.push(0);
+        }
+        vmlinux
+    }
+
+    #[test]
+    fn banner_matches_release_and_uts_version() {
+        let vmlinux = kernel_with(&[RT_BANNER]);
+        assert_eq!(
+            matching_banner(&vmlinux, "6.1.0-57-rt-amd64", RT_UTS).unwrap(),
+            RT_BANNER
+        );
+        assert!(matches!(
+            matching_banner(&vmlinux, "6.1.0-57-cloud-amd64", RT_UTS),
+            Err(BannerError::ReleaseMismatch { .. })
+        ));
+        // Ends with the UTS_VERSION exactly, not merely containing it.
+        assert!(matches!(
+            matching_banner(
+                &vmlinux,
+                "6.1.0-57-rt-amd64",
+                "PREEMPT_RT Debian 6.1.192-3 (2026-11-26)"
+            ),
+            Err(BannerError::VersionMismatch { .. })
+        ));
+        assert_eq!(
+            matching_banner(b"Linux version %s\n\0", "6.1", RT_UTS),
+            Err(BannerError::Missing)
+        );
+    }
+
+    #[test]
+    fn the_placeholder_banner_of_a_split_build_is_not_a_second_banner() {
+        let placeholder = RT_BANNER.replace(") #1 SMP", ") # SMP");
+        let vmlinux = kernel_with(&[&placeholder, RT_BANNER]);
+        assert!(matching_banner(&vmlinux, "6.1.0-57-rt-amd64", RT_UTS).is_ok());
+        // Anything else that differs is a second banner.
+        let other = RT_BANNER.replace(") #1 SMP PREEMPT_RT", ") # SMP PREEMPT_DYNAMIC");
+        let vmlinux = kernel_with(&[&other, RT_BANNER]);
+        assert!(matches!(
+            matching_banner(&vmlinux, "6.1.0-57-rt-amd64", RT_UTS),
+            Err(BannerError::Several { .. })
+        ));
+    }
 
     #[test]
     fn mainline_rt() {
