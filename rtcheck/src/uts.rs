@@ -231,7 +231,13 @@ pub fn matching_banner(vmlinux: &[u8], release: &str, uts_version: &str) -> Resu
         });
     }
     // Mainline writes `) UTS_VERSION\n`: the compiler's closing parenthesis first.
-    if !banner.ends_with(&format!(") {uts_version}\n")) {
+    // The part before the version (release, builder, compiler) names no
+    // preemption model and no second `SMP`: a crafted build timestamp such as
+    // `#1 SMP PREEMPT_DYNAMIC x) #1 SMP PREEMPT_RT …` must not end the right way.
+    let head = banner
+        .strip_suffix(&format!(") {uts_version}\n"))
+        .filter(|head| !head.contains("PREEMPT") && !head.contains(" SMP "));
+    if head.is_none() {
         return Err(BannerError::VersionMismatch {
             header: uts_version.to_string(),
             banner,
@@ -417,5 +423,13 @@ mod tests {
                 proptest::prop_assert!(!v.is_preempt_rt());
             }
         }
+    }
+
+    #[test]
+    fn a_banner_with_a_second_version_before_the_real_one_is_refused() {
+        let crafted = "Linux version 6.1.0-57-rt-amd64 (k@h) (gcc-12 12.2.0) #1 SMP PREEMPT_DYNAMIC x) #1 SMP PREEMPT_RT Debian 6.1.192-3 (2026-11-26)\n";
+        let err = matching_banner(&kernel_with(&[crafted]), "6.1.0-57-rt-amd64", RT_UTS).unwrap_err();
+        assert!(matches!(err, BannerError::VersionMismatch { .. }), "{err}");
+        matching_banner(&kernel_with(&[RT_BANNER]), "6.1.0-57-rt-amd64", RT_UTS).unwrap();
     }
 }
