@@ -181,6 +181,11 @@ pub struct VmArgs {
     /// Write the serial console here [default: a new temp dir's console.log].
     #[arg(long, value_name = "FILE")]
     console: Option<PathBuf>,
+    /// Let the guest reach this port of the host's 127.0.0.1, at
+    /// 10.0.2.2:PORT (e.g. an update remote); repeatable. Nothing else on
+    /// the host or beyond is reachable.
+    #[arg(long = "host-port", value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
+    host_ports: Vec<u16>,
     #[arg(long, value_enum, default_value = "tcg")]
     accel: Accel,
     /// Guest memory.
@@ -460,6 +465,7 @@ fn run_vm(args: VmArgs, ui: &Ui, json: bool) -> Result<u8> {
         timeout: args.timeout.map(Duration::from_secs),
         config_medium: args.config_medium,
         console: args.console,
+        host_ports: args.host_ports,
     };
     let report = vm::run(&args.disk, &options, ui)?;
     if json {

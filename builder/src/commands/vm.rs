@@ -60,6 +60,8 @@ pub struct VmOptions {
     pub config_medium: Option<PathBuf>,
     /// The serial console's file [default: a new temp dir's console.log].
     pub console: Option<PathBuf>,
+    /// Host loopback ports the guest may reach, each at `10.0.2.2:PORT`.
+    pub host_ports: Vec<u16>,
 }
 
 /// Everything the QEMU command line names, resolved.
@@ -73,6 +75,32 @@ pub struct QemuPlan {
     pub ovmf_vars: Option<PathBuf>,
     pub config_medium: Option<PathBuf>,
     pub ssh_port: u16,
+    /// Host loopback ports opened to the guest, and the relay that carries
+    /// each connection (`busybox nc`).
+    pub host_ports: Vec<u16>,
+    pub relay: PathBuf,
+}
+
+/// The address at which the guest reaches a forwarded host port.
+pub const HOST_ADDRESS_IN_GUEST: &str = "10.0.2.2";
+
+/// The `-netdev user` option (pure). Only loopback: the guest's SSH is never
+/// offered to the network. `restrict=on`: a (possibly hostile) guest reaches
+/// neither the outside nor the host's 127.0.0.1 services, except the ports
+/// named in `host_ports`, each relayed to `127.0.0.1:PORT` by a fresh
+/// `busybox nc` per connection (an explicit forward, which `restrict` allows).
+pub fn netdev_option(plan: &QemuPlan) -> String {
+    let mut option = format!(
+        "user,id=net,restrict=on,hostfwd=tcp:127.0.0.1:{}-:22",
+        plan.ssh_port
+    );
+    for port in &plan.host_ports {
+        option.push_str(&format!(
+            ",guestfwd=tcp:{HOST_ADDRESS_IN_GUEST}:{port}-cmd:{} nc 127.0.0.1 {port}",
+            qemu::escape(&plan.relay)
+        ));
+    }
+    option
 }
 
 /// The QEMU command line (pure).
@@ -102,13 +130,7 @@ pub fn qemu_args(plan: &QemuPlan) -> Vec<String> {
             "-device",
             "virtio-blk-pci,drive=disk,bootindex=0",
             "-netdev",
-            // Only loopback: the guest's SSH is never offered to the network.
-            // `restrict=on`: a (possibly hostile) guest reaches neither the
-            // outside nor the host's own 127.0.0.1 services (10.0.2.2).
-            &format!(
-                "user,id=net,restrict=on,hostfwd=tcp:127.0.0.1:{}-:22",
-                plan.ssh_port
-            ),
+            &netdev_option(plan),
             "-device",
             "virtio-net-pci,netdev=net",
         ]
@@ -359,6 +381,8 @@ pub fn run(disk: &Path, options: &VmOptions, ui: &Ui) -> Result<VmReport> {
         ovmf_vars,
         config_medium,
         ssh_port,
+        host_ports: options.host_ports.clone(),
+        relay: crate::stages::rootfs::static_busybox()?,
     };
     let args = qemu_args(&plan);
     let stderr_log = scratch.path().join("qemu.stderr");
@@ -379,6 +403,11 @@ pub fn run(disk: &Path, options: &VmOptions, ui: &Ui) -> Result<VmReport> {
     ui.note(ssh_command(ssh_port));
     ui.note(format!("console: {}", console.display()));
     ui.note(format!("qemu pid: {pid}"));
+    for port in &plan.host_ports {
+        ui.note(format!(
+            "the guest reaches 127.0.0.1:{port} at {HOST_ADDRESS_IN_GUEST}:{port}"
+        ));
+    }
     let status = loop {
         if let Some(signal) = signals.received() {
             drop(guest);
@@ -478,6 +507,42 @@ mod tests {
         assert!(looks_like_disk(&iso));
         assert!(!looks_like_disk(b"#!/bin/sh\necho not a disk\n"));
         assert!(!looks_like_disk(&[]));
+    }
+
+    fn plan(host_ports: Vec<u16>) -> QemuPlan {
+        QemuPlan {
+            accel: Accel::Tcg,
+            memory_mib: 512,
+            overlay: "/tmp/o.qcow2".into(),
+            console: "/tmp/c.log".into(),
+            ovmf_vars: None,
+            config_medium: None,
+            ssh_port: 2222,
+            host_ports,
+            relay: "/bin/busy,box".into(),
+        }
+    }
+
+    #[test]
+    fn the_guest_reaches_only_the_host_ports_it_is_given() {
+        let closed = netdev_option(&plan(vec![]));
+        assert_eq!(closed, "user,id=net,restrict=on,hostfwd=tcp:127.0.0.1:2222-:22");
+        assert!(!closed.contains("guestfwd"));
+        let open = netdev_option(&plan(vec![8080, 9000]));
+        assert!(open.starts_with(&closed), "{open}");
+        assert!(
+            open.contains(",guestfwd=tcp:10.0.2.2:8080-cmd:/bin/busy,,box nc 127.0.0.1 8080"),
+            "{open}"
+        );
+        assert!(
+            open.contains("10.0.2.2:9000-cmd:/bin/busy,,box nc 127.0.0.1 9000"),
+            "{open}"
+        );
+        let args = qemu_args(&plan(vec![8080]));
+        assert!(args.contains(&open.replace(
+            ",guestfwd=tcp:10.0.2.2:9000-cmd:/bin/busy,,box nc 127.0.0.1 9000",
+            ""
+        )));
     }
 
     #[test]

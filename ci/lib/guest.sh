@@ -1,0 +1,104 @@
+# Sourced by the VM tiers (ci/vm-smoke, ci/device): boots an image with
+# `imgbuild vm` in the background and drives the guest with a real OpenSSH
+# client. QEMU goes with imgbuild on every path (imgbuild kills it on
+# SIGTERM); `vm_stop` powers the guest off in order.
+#
+# The caller sets: bin (imgbuild), key (a private key, mode 600) and defines
+# fail MESSAGE.
+
+now() { date +%s; }
+
+# vm_start DIR IMAGE [imgbuild vm options]: boots IMAGE under UEFI, console
+# in DIR/console.log. Sets vm_pid, vm_port, vm_dir, vm_started.
+vm_start() {
+    vm_dir=$1
+    image=$2
+    shift 2
+    mkdir -p "$vm_dir"
+    vm_started=$(now)
+    "$bin" vm "$image" --uefi --console "$vm_dir/console.log" "$@" \
+        > "$vm_dir/vm.stdout" 2> "$vm_dir/vm.stderr" &
+    vm_pid=$!
+    trap vm_kill EXIT
+    trap 'exit 1' INT TERM
+    vm_port=
+    for _ in $(seq 1 60); do
+        vm_port=$(sed -n 's/.*ssh -p \([0-9][0-9]*\) root@127\.0\.0\.1.*/\1/p' "$vm_dir/vm.stderr" | head -n 1)
+        [ -n "$vm_port" ] && break
+        kill -0 "$vm_pid" 2>/dev/null || { cat "$vm_dir/vm.stderr" >&2; fail "imgbuild vm ended before starting QEMU"; }
+        sleep 0.5
+    done
+    [ -n "$vm_port" ] || { cat "$vm_dir/vm.stderr" >&2; fail "imgbuild vm never printed the SSH command"; }
+    cat "$vm_dir/vm.stderr"
+}
+
+# Kills the VM (imgbuild takes QEMU with it); for failures.
+vm_kill() {
+    if [ -n "${vm_pid:-}" ] && kill -0 "$vm_pid" 2>/dev/null; then
+        kill -TERM "$vm_pid" 2>/dev/null || true
+        wait "$vm_pid" 2>/dev/null || true
+    fi
+}
+
+guest() {
+    ssh -i "$key" -p "$vm_port" -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null \
+        -o BatchMode=yes -o ConnectTimeout=5 -o LogLevel=ERROR root@127.0.0.1 "$@"
+}
+
+# wait_ssh SECONDS: until the guest answers over SSH; prints the seconds
+# since vm_start in ssh_seconds.
+wait_ssh() {
+    deadline=$(( $(now) + $1 ))
+    until guest true 2>/dev/null; do
+        if ! kill -0 "$vm_pid" 2>/dev/null; then
+            cat "$vm_dir/vm.stderr" >&2
+            fail "the VM ended before SSH came up; console: $vm_dir/console.log"
+        fi
+        if [ "$(now)" -ge "$deadline" ]; then
+            tail -n 40 "$vm_dir/console.log" >&2 || true
+            fail "no SSH within $1 s; console: $vm_dir/console.log"
+        fi
+        sleep 2
+    done
+    ssh_seconds=$(( $(now) - vm_started ))
+}
+
+boot_id() { guest cat /proc/sys/kernel/random/boot_id; }
+
+# reboot_guest SECONDS: reboots over SSH and waits for a new boot (a new
+# boot_id) to answer; the time it took is in reboot_seconds.
+reboot_guest() {
+    old_boot=$(boot_id)
+    t_reboot=$(now)
+    guest 'systemctl reboot' 2>/dev/null || true
+    deadline=$(( t_reboot + $1 ))
+    while :; do
+        kill -0 "$vm_pid" 2>/dev/null || fail "the VM ended during the reboot; console: $vm_dir/console.log"
+        new_boot=$(boot_id 2>/dev/null || true)
+        [ -n "$new_boot" ] && [ "$new_boot" != "$old_boot" ] && break
+        if [ "$(now)" -ge "$deadline" ]; then
+            tail -n 40 "$vm_dir/console.log" >&2 || true
+            fail "no new boot within $1 s; console: $vm_dir/console.log"
+        fi
+        sleep 2
+    done
+    reboot_seconds=$(( $(now) - t_reboot ))
+}
+
+# vm_stop: an orderly power-off over SSH; imgbuild vm must then end with 0.
+# The live image's PID 1 is a shell, which ignores the power-off signal a
+# plain busybox `poweroff` sends it: power off directly there.
+vm_stop() {
+    guest 'sync; if command -v systemctl >/dev/null; then systemctl poweroff; else busybox poweroff -f; fi' \
+        2>/dev/null || true
+    for _ in $(seq 1 240); do
+        kill -0 "$vm_pid" 2>/dev/null || break
+        sleep 0.5
+    done
+    kill -0 "$vm_pid" 2>/dev/null && fail "imgbuild vm still runs 120 s after the power-off"
+    vm_status=0
+    wait "$vm_pid" || vm_status=$?
+    trap - EXIT
+    cat "$vm_dir/vm.stdout"
+    [ "$vm_status" = 0 ] || { cat "$vm_dir/vm.stderr" >&2; fail "imgbuild vm exited $vm_status after the power-off"; }
+}
