@@ -182,7 +182,7 @@ pub struct VmArgs {
     #[arg(long, value_name = "FILE")]
     console: Option<PathBuf>,
     /// Let the guest reach this port of the host's 127.0.0.1, at
-    /// 10.0.2.2:PORT (e.g. an update remote); repeatable. Nothing else on
+    /// 10.0.2.100:PORT (e.g. an update remote); repeatable. Nothing else on
     /// the host or beyond is reachable.
     #[arg(long = "host-port", value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
     host_ports: Vec<u16>,

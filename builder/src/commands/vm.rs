@@ -60,7 +60,7 @@ pub struct VmOptions {
     pub config_medium: Option<PathBuf>,
     /// The serial console's file [default: a new temp dir's console.log].
     pub console: Option<PathBuf>,
-    /// Host loopback ports the guest may reach, each at `10.0.2.2:PORT`.
+    /// Host loopback ports the guest may reach, each at `10.0.2.100:PORT`.
     pub host_ports: Vec<u16>,
 }
 
@@ -81,8 +81,10 @@ pub struct QemuPlan {
     pub relay: PathBuf,
 }
 
-/// The address at which the guest reaches a forwarded host port.
-pub const HOST_ADDRESS_IN_GUEST: &str = "10.0.2.2";
+/// The address at which the guest reaches a forwarded host port. Not
+/// 10.0.2.2, slirp's own host address, which QEMU refuses as a forwarding
+/// target; like it, this address exists only inside the emulator.
+pub const HOST_ADDRESS_IN_GUEST: &str = "10.0.2.100";
 
 /// The `-netdev user` option (pure). Only loopback: the guest's SSH is never
 /// offered to the network. `restrict=on`: a (possibly hostile) guest reaches
@@ -531,16 +533,16 @@ mod tests {
         let open = netdev_option(&plan(vec![8080, 9000]));
         assert!(open.starts_with(&closed), "{open}");
         assert!(
-            open.contains(",guestfwd=tcp:10.0.2.2:8080-cmd:/bin/busy,,box nc 127.0.0.1 8080"),
+            open.contains(",guestfwd=tcp:10.0.2.100:8080-cmd:/bin/busy,,box nc 127.0.0.1 8080"),
             "{open}"
         );
         assert!(
-            open.contains("10.0.2.2:9000-cmd:/bin/busy,,box nc 127.0.0.1 9000"),
+            open.contains("10.0.2.100:9000-cmd:/bin/busy,,box nc 127.0.0.1 9000"),
             "{open}"
         );
         let args = qemu_args(&plan(vec![8080]));
         assert!(args.contains(&open.replace(
-            ",guestfwd=tcp:10.0.2.2:9000-cmd:/bin/busy,,box nc 127.0.0.1 9000",
+            ",guestfwd=tcp:10.0.2.100:9000-cmd:/bin/busy,,box nc 127.0.0.1 9000",
             ""
         )));
     }
