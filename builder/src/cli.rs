@@ -63,8 +63,8 @@ pub enum Command {
 pub struct RecipeArgs {
     /// The recipe file (YAML).
     file: PathBuf,
-    /// Stop after this stage.
-    #[arg(long, value_enum, default_value = "tag")]
+    /// Stop after this stage (`disk` runs only when the recipe has a `disk` section).
+    #[arg(long, value_enum, default_value = "disk")]
     until: Stage,
     /// Work directory for stage outputs.
     #[arg(long, default_value = "build")]

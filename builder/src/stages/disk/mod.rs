@@ -408,7 +408,7 @@ fn stage_sysroot(request: &DiskRequest, inputs: &Inputs, paths: &StagingPaths) -
     // commits; without one they are local refs.
     let remote_name = inputs.remote.as_ref().map(|_| sysroot::REMOTE);
     if let Some((url, key)) = &inputs.remote {
-        sysroot::add_remote(&repo, url, key)?;
+        sysroot::add_remote(&repo, &sysroot_dir.join("ostree/repo"), url, key)?;
     }
     for rc in &all {
         sysroot::set_ref(&repo, remote_name, &rc.ref_name, &rc.commit)?;

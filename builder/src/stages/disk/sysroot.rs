@@ -161,19 +161,28 @@ pub fn set_ref(repo: &ostree::Repo, remote: Option<&str>, ref_name: &str, checks
 }
 
 /// Adds the device's remote [`REMOTE`] at `url` with GPG verification of
-/// commits and summary, trusting the OpenPGP public key(s) in `key`.
-pub fn add_remote(repo: &ostree::Repo, url: &str, key: &[u8]) -> Result<()> {
+/// commits and summary, trusting the OpenPGP public key(s) in `key`. The
+/// import runs `ostree remote gpg-import`: the crate's `remote_gpg_import`
+/// cannot pass "all keys" (it sends an empty list, and libostree then
+/// exports none).
+pub fn add_remote(repo: &ostree::Repo, repo_path: &Path, url: &str, key: &[u8]) -> Result<()> {
     let options = glib::VariantDict::new(None);
     for name in ["gpg-verify", "gpg-verify-summary"] {
         options.insert_value(name, &"true".to_variant());
     }
     repo.remote_add(REMOTE, Some(url), Some(&options.end()), gio::Cancellable::NONE)
         .with_context(|| format!("adding the remote {REMOTE} ({url})"))?;
-    let stream = gio::MemoryInputStream::from_bytes(&glib::Bytes::from(key));
-    let imported = repo
-        .remote_gpg_import(REMOTE, Some(&stream), &[], gio::Cancellable::NONE)
-        .context("importing the remote's GPG key")?;
-    if imported == 0 {
+    let mut key_file = tempfile::NamedTempFile::new().context("creating a temp file for the key")?;
+    std::io::Write::write_all(&mut key_file, key)?;
+    let output = crate::tool::run(
+        crate::tool::command("ostree")?
+            .arg(format!("--repo={}", repo_path.display()))
+            .args(["remote", "gpg-import", REMOTE, "--keyring"])
+            .arg(key_file.path()),
+    )
+    .context("importing the remote's GPG key")?;
+    let said = String::from_utf8_lossy(&output.stdout);
+    if said.trim().starts_with("Imported 0 ") {
         bail!("the remote's GPG key file holds no key that could be imported");
     }
     Ok(())
