@@ -315,7 +315,7 @@ fn the_same_inputs_give_the_same_image_and_it_holds_the_deployment() {
         .trim()
         .to_string();
     assert!(menu.contains(&format!("root=UUID={root_uuid}")), "{menu}");
-    assert!(menu.contains(&format!("linux /ostree/emberrtos-")), "{menu}");
+    assert!(menu.contains("linux /ostree/emberrtos-"), "{menu}");
     // Root: the deployment, its origin, its fstab; /boot is only a mount point.
     let deploy_dir = format!("/ostree/deploy/emberrtos/deploy/{checksum}.0");
     let origin = debugfs(&first, 3, &format!("cat {deploy_dir}.origin"));
