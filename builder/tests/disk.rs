@@ -279,6 +279,8 @@ fn the_same_inputs_give_the_same_image_and_it_holds_the_deployment() {
     let second = dir.path().join("second.img");
     for out in [&first, &second] {
         disk(&repo, out).assert().success();
+        // A clock stamped anywhere in the image would now differ.
+        std::thread::sleep(std::time::Duration::from_millis(1100));
     }
     assert_eq!(sha256(&first), sha256(&second), "two builds, two images");
     assert!(
