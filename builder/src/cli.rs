@@ -11,14 +11,15 @@ use clap::{ArgGroup, Args, Parser, Subcommand};
 use crate::cache::Cache;
 use crate::commands::config_medium::{self, MediumOptions};
 use crate::commands::{publish, vm};
-use crate::error::{exit, exit_code};
+use crate::error::{BadInput, exit, exit_code};
 use crate::ostree;
 use crate::pipeline::{self, PipelineReport};
 use crate::provision::ProvisionError;
-use crate::recipe::Recipe;
+use crate::recipe::{DiskFormat, Recipe, Remote};
 use crate::stage::Stage;
 use crate::stages::boot::{self, Accel, BootOptions};
 use crate::stages::commit;
+use crate::stages::disk::{self, DiskRequest, InputNames};
 use crate::stages::fetch::FetchOptions;
 use crate::stages::verify;
 use crate::ui::Ui;
@@ -54,14 +55,16 @@ pub enum Command {
     /// Boot a disk image in QEMU through a copy-on-write overlay, with SSH
     /// forwarded and the serial console captured, until it powers off.
     Vm(VmArgs),
+    /// Write a GPT disk image that boots a tagged ref under UEFI.
+    Disk(DiskArgs),
 }
 
 #[derive(Args, Debug)]
 pub struct RecipeArgs {
     /// The recipe file (YAML).
     file: PathBuf,
-    /// Stop after this stage.
-    #[arg(long, value_enum, default_value = "tag")]
+    /// Stop after this stage (`disk` runs only when the recipe has a `disk` section).
+    #[arg(long, value_enum, default_value = "disk")]
     until: Stage,
     /// Work directory for stage outputs.
     #[arg(long, default_value = "build")]
@@ -193,6 +196,37 @@ pub struct VmArgs {
     memory: u32,
 }
 
+#[derive(Args, Debug)]
+pub struct DiskArgs {
+    /// The ostree repo holding the refs.
+    #[arg(long)]
+    repo: PathBuf,
+    /// The ref to deploy.
+    #[arg(long = "ref", value_name = "REF")]
+    ref_name: String,
+    /// A ref to store in the device's repo too (e.g. the rt ref, for
+    /// offline provisioning); repeatable.
+    #[arg(long = "embed", value_name = "REF")]
+    embed: Vec<String>,
+    /// The image to write (replaced atomically).
+    #[arg(long)]
+    out: PathBuf,
+    #[arg(long, value_enum, default_value = "raw")]
+    format: DiskFormat,
+    /// The whole disk, e.g. `8G` [default: from the tree, room for two deployments].
+    #[arg(long)]
+    size: Option<String>,
+    /// The device's ostree remote (http or https), verified with --remote-gpg-key.
+    #[arg(long, value_name = "URL", requires = "remote_gpg_key")]
+    remote_url: Option<String>,
+    /// The publisher's OpenPGP public key for the remote.
+    #[arg(long, value_name = "FILE", requires = "remote_url")]
+    remote_gpg_key: Option<PathBuf>,
+    /// A kernel argument after the commit's own; repeatable.
+    #[arg(long = "karg", value_name = "ARG")]
+    kargs: Vec<String>,
+}
+
 /// Parses the command line, runs it and maps the result to the exit code.
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -283,6 +317,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Inspect(args) => run_inspect(args, cli.json),
         Command::ConfigMedium(args) => run_config_medium(args, cli.json),
         Command::Vm(args) => run_vm(args, &ui, cli.json),
+        Command::Disk(args) => run_disk(args, &ui, cli.json),
     }
 }
 
@@ -474,4 +509,54 @@ fn run_vm(args: VmArgs, ui: &Ui, json: bool) -> Result<u8> {
         print!("{}", vm::render(&report));
     }
     Ok(exit::OK)
+}
+
+/// Bad options are exit 2 and a refused commit exit 3, with nothing written.
+fn run_disk(args: DiskArgs, ui: &Ui, json: bool) -> Result<u8> {
+    let size = args
+        .size
+        .as_deref()
+        .map(|text| crate::recipe::syntax::disk_size(text).map_err(|e| BadInput::new("--size", e)))
+        .transpose()?;
+    let remote = match (args.remote_url, args.remote_gpg_key) {
+        (Some(url), Some(gpg_key)) => Some(Remote { url, gpg_key }),
+        _ => None,
+    };
+    let outputs = [(args.format, args.out)];
+    let request = DiskRequest {
+        repo: &args.repo,
+        ref_name: &args.ref_name,
+        embed: &args.embed,
+        outputs: &outputs,
+        size,
+        remote: remote.as_ref(),
+        kargs: &args.kargs,
+        epoch: source_date_epoch(),
+        names: &InputNames::CLI,
+    };
+    let out = disk::build(&request, ui)?;
+    if json {
+        print_json(&serde_json::to_value(&out)?)?;
+    } else {
+        for image in &out.images {
+            println!(
+                "{} ({}, {} bytes): {} {} -> {}\nsha256 {}",
+                image.path.display(),
+                image.format,
+                image.bytes,
+                out.deployed.ref_name,
+                out.origin,
+                out.deployed.commit,
+                image.sha256
+            );
+        }
+    }
+    Ok(exit::OK)
+}
+
+/// `$SOURCE_DATE_EPOCH`, when set.
+fn source_date_epoch() -> Option<u64> {
+    std::env::var("SOURCE_DATE_EPOCH")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
 }

@@ -40,10 +40,31 @@ pub struct MissingTool {
     pub package: String,
 }
 
+/// A command-line value that is wrong (exit code 2): named, and nothing
+/// was written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{option}: {message}")]
+pub struct BadInput {
+    /// The option as the user typed it, e.g. `--size`.
+    pub option: String,
+    pub message: String,
+}
+
+impl BadInput {
+    pub fn new(option: &str, message: impl Into<String>) -> BadInput {
+        BadInput {
+            option: option.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
 /// Maps an error chain to the process exit code.
 pub fn exit_code(error: &anyhow::Error) -> u8 {
     if error.chain().any(|e| e.is::<Refused>()) {
         exit::REFUSED
+    } else if error.chain().any(|e| e.is::<BadInput>()) {
+        exit::USAGE
     } else {
         exit::ERROR
     }
@@ -64,6 +85,10 @@ mod tests {
         let err = Err::<(), _>(refused).context("running the pipeline").unwrap_err();
         assert_eq!(exit_code(&err), exit::REFUSED);
         assert!(format!("{err:#}").contains("CONFIG_PREEMPT_RT"));
+        let bad = Err::<(), _>(BadInput::new("--size", "not a size"))
+            .context("building the disk")
+            .unwrap_err();
+        assert_eq!(exit_code(&bad), exit::USAGE);
         let other = anyhow::anyhow!("disk full");
         assert_eq!(exit_code(&other), exit::ERROR);
     }

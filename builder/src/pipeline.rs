@@ -14,6 +14,7 @@ use crate::recipe::{ConfigBase, Flavor, Recipe, RootfsBase};
 use crate::stage::{Key, Outcome, Stage, StageReport, StageRun, record};
 use crate::stages::boot::{self, BootOptions, BootOutput};
 use crate::stages::commit::{self, CommitFacts, CommitOutput};
+use crate::stages::disk::{self, DiskOutput, DiskRequest, InputNames};
 use crate::stages::fetch::{self, FetchOptions, Fetched};
 use crate::stages::iso::{self, IsoOutput, LiveInputs};
 use crate::stages::kernel::build::{KernelOutput, build, kernel_key};
@@ -155,13 +156,17 @@ pub fn run(ctx: &Context, until: Stage, report: &mut PipelineReport) -> Result<(
     let with_modules = kernel.modules.is_some();
     // The ISO as it is now, not as a stamp remembers it.
     let live_iso_sha256 = crate::io::hashing::sha256_file(&iso.iso, None)?;
-    stage_tag(
+    let tagged = stage_tag(
         ctx,
         report,
         &committed,
         &tag::required_checks(with_modules, true),
         Some((&booted.evidence, live_iso_sha256.as_str())),
     )?;
+    if until == Stage::Tag {
+        return Ok(());
+    }
+    stage_disk(ctx, report, &tagged)?;
     Ok(())
 }
 
@@ -514,4 +519,102 @@ fn stage_tag(
         &out,
     )?;
     Ok(out)
+}
+
+/// Where the disk images go: `<work>/<name>-<flavor>.<img|qcow2>`.
+pub fn disk_paths(
+    ctx: &Context,
+    formats: &[crate::recipe::DiskFormat],
+) -> Vec<(crate::recipe::DiskFormat, PathBuf)> {
+    let recipe = &ctx.recipe;
+    formats
+        .iter()
+        .map(|format| {
+            let name = format!("{}-{}.{}", recipe.name, recipe.flavor, format.extension());
+            (*format, ctx.work_dir.join(name))
+        })
+        .collect()
+}
+
+/// The disk stage, when the recipe has a `disk` section. Its gate runs
+/// every time, before the cache is asked: a stamp is not evidence.
+fn stage_disk(ctx: &Context, report: &mut PipelineReport, tagged: &TagOutput) -> Result<Option<DiskOutput>> {
+    let recipe = &ctx.recipe;
+    let Some(settings) = &recipe.disk else {
+        ctx.ui.step("disk", "the recipe has no `disk` section, skipped");
+        return Ok(None);
+    };
+    let repo = ostree::open(&tagged.repo)?;
+    let mut embedded = Vec::new();
+    for ref_name in &settings.embed {
+        let commit = ostree::resolve(&repo, ref_name)?
+            .with_context(|| format!("disk.embed: {} has no ref {ref_name}", tagged.repo.display()))?;
+        crate::stages::verify::gate_commit_as(&repo, ref_name, &commit, "disk", "it does not go on a disk")?;
+        embedded.push((ref_name.clone(), commit));
+    }
+    crate::stages::verify::gate_commit_as(
+        &repo,
+        &tagged.ref_name,
+        &tagged.commit,
+        "disk",
+        "it does not go on a disk",
+    )?;
+    let outputs = disk_paths(ctx, &settings.formats);
+    let remote_key = match &settings.remote {
+        Some(remote) => format!(
+            "{} key sha256:{}",
+            remote.url,
+            sha256_file(&remote.gpg_key, None)?
+        ),
+        None => "none".into(),
+    };
+    let key = Key::new()
+        .with("ref", &tagged.ref_name)
+        .with("commit", &tagged.commit)
+        .with_value("embed", &embedded)
+        .with(
+            "size",
+            settings.size.map_or("from the tree".into(), |s| s.to_string()),
+        )
+        .with_value("outputs", &outputs)
+        .with("remote", remote_key)
+        .with("epoch", recipe.source_date_epoch().to_string())
+        .with("format", disk::DISK_FORMAT);
+    let present = |out: &DiskOutput| {
+        out.images
+            .iter()
+            .all(|i| std::fs::metadata(&i.path).is_ok_and(|m| m.len() == i.bytes))
+    };
+    let output = ctx.run(report, Stage::Disk)?.cached(&key, present, |_| {
+        let request = DiskRequest {
+            repo: &tagged.repo,
+            ref_name: &tagged.ref_name,
+            embed: &settings.embed,
+            outputs: &outputs,
+            size: settings.size,
+            remote: settings.remote.as_ref(),
+            kargs: &[],
+            epoch: Some(recipe.source_date_epoch()),
+            names: &InputNames::RECIPE,
+        };
+        let out = disk::build(&request, &ctx.ui)?;
+        if out.deployed.commit != tagged.commit {
+            anyhow::bail!(
+                "{} moved to {} while the disk was built from {}",
+                tagged.ref_name,
+                out.deployed.commit,
+                tagged.commit
+            );
+        }
+        for image in &out.images {
+            ctx.ui.note(format!(
+                "{} ({}): sha256 {}",
+                image.path.display(),
+                image.format,
+                image.sha256
+            ));
+        }
+        Ok(out)
+    })?;
+    Ok(Some(output))
 }

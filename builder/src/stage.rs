@@ -32,10 +32,11 @@ pub enum Stage {
     Iso,
     Boot,
     Tag,
+    Disk,
 }
 
 impl Stage {
-    pub const ALL: [Stage; 9] = [
+    pub const ALL: [Stage; 10] = [
         Stage::Fetch,
         Stage::Kconfig,
         Stage::Kernel,
@@ -45,6 +46,7 @@ impl Stage {
         Stage::Iso,
         Stage::Boot,
         Stage::Tag,
+        Stage::Disk,
     ];
 
     pub fn name(self) -> &'static str {
@@ -58,6 +60,7 @@ impl Stage {
             Stage::Iso => "iso",
             Stage::Boot => "boot",
             Stage::Tag => "tag",
+            Stage::Disk => "disk",
         }
     }
 }

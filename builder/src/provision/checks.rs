@@ -2,7 +2,7 @@
 //! [`syntax`](crate::recipe::syntax) has no check for. Pure checks on `&str`:
 //! `Err` says what was expected.
 
-use crate::recipe::syntax::{self, Verdict};
+use crate::recipe::syntax::Verdict;
 
 /// The longest hostname (RFC 1123, 2.1; a DNS name of 253 characters).
 const MAX_HOSTNAME: usize = 253;
@@ -27,25 +27,6 @@ pub fn hostname(name: &str) -> Verdict {
             "{name:?} is not a hostname: use labels of letters, digits and `-` (not at either end), at most {MAX_LABEL} characters each, separated by `.`"
         )
     })
-}
-
-/// The update remote: one http(s) URL with a host, without whitespace,
-/// credentials, query or fragment. It becomes the `url` of an ostree remote.
-pub fn remote_url(text: &str) -> Verdict {
-    if text.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!("{text:?}: a URL has no spaces, tabs or newlines"));
-    }
-    syntax::download_url(text)?;
-    let url = url::Url::parse(text).map_err(|e| e.to_string())?;
-    if !url.username().is_empty() || url.password().is_some() {
-        return Err(format!(
-            "{text:?}: credentials do not belong on a configuration medium"
-        ));
-    }
-    if url.query().is_some() || url.fragment().is_some() {
-        return Err(format!("{text:?}: an ostree remote has no query or fragment"));
-    }
-    Ok(())
 }
 
 /// A file on the medium, relative to `emberrtos/`: parts of letters, digits,
@@ -120,30 +101,6 @@ mod tests {
             &["abc"; 64].join("."),
         ] {
             assert!(hostname(bad).is_err(), "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn remote_urls() {
-        for good in [
-            "https://updates.example.org/emberrtos/",
-            "http://10.0.2.2:8080/repo",
-        ] {
-            remote_url(good).unwrap_or_else(|e| panic!("{e}"));
-        }
-        for bad in [
-            "",
-            "updates.example.org",
-            "ftp://x/",
-            "file:///srv/repo",
-            "https://u:p@x/",
-            "https://x/?a=b",
-            "https://x/#f",
-            "https://x/ y",
-            "https://x/\nurl=https://evil/",
-            " https://x/",
-        ] {
-            assert!(remote_url(bad).is_err(), "{bad:?}");
         }
     }
 

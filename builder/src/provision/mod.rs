@@ -165,7 +165,7 @@ pub fn parse(text: &str, file: &str) -> Result<Provision, ProvisionError> {
     let update_remote = raw
         .update_remote
         .map(|remote| -> Result<UpdateRemote, ProvisionError> {
-            checks::remote_url(&remote.url).map_err(|e| error("update-remote.url", e))?;
+            syntax::remote_url(&remote.url).map_err(|e| error("update-remote.url", e))?;
             if let Some(key) = &remote.gpg_key {
                 checks::medium_path(key).map_err(|e| error("update-remote.gpg-key", e))?;
                 checks::not_the_provision_file(key).map_err(|e| error("update-remote.gpg-key", e))?;

@@ -24,7 +24,10 @@ use std::path::{Component, Path, PathBuf};
 use serde::Serialize;
 
 pub use locate::{Locations, Position, fmt_field_error, locate};
-pub use schema::{Flavor, RawKernel, RawLive, RawOstree, RawRecipe, RawRootfs, RawRootfsBase, RawSource};
+pub use schema::{
+    DiskFormat, Flavor, RawDisk, RawKernel, RawLive, RawOstree, RawRecipe, RawRemote, RawRootfs,
+    RawRootfsBase, RawSource,
+};
 use sections::Validator;
 
 /// A recipe error that points at the offending field.
@@ -136,6 +139,28 @@ pub struct Live {
     pub rootfs: Option<PathBuf>,
 }
 
+/// The device's ostree remote, configured on disk images.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Remote {
+    /// Checked by [`syntax::remote_url`].
+    pub url: String,
+    /// The publisher's OpenPGP public key file.
+    pub gpg_key: PathBuf,
+}
+
+/// The `disk` stage's settings.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Disk {
+    /// Bytes; `None` sizes the disk from the tree.
+    pub size: Option<u64>,
+    /// At least one, no duplicates, in the order given.
+    pub formats: Vec<DiskFormat>,
+    pub embed: Vec<String>,
+    pub remote: Option<Remote>,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct Recipe {
     /// The recipe file as given.
@@ -155,6 +180,7 @@ pub struct Recipe {
     pub rootfs: Rootfs,
     pub ostree: Ostree,
     pub live: Live,
+    pub disk: Option<Disk>,
     #[serde(skip)]
     pub raw: RawRecipe,
     #[serde(skip)]
@@ -248,6 +274,7 @@ impl Recipe {
             rootfs: sections::rootfs(&v, &raw.rootfs)?,
             ostree: sections::ostree(&v, &raw.ostree)?,
             live: sections::live(&v, raw.live.as_ref())?,
+            disk: sections::disk(&v, raw.disk.as_ref())?,
             dir: dir.clone(),
             raw,
             locations,
@@ -345,6 +372,9 @@ impl Recipe {
         }
         if let Some(home) = &self.ostree.gpg_homedir {
             must_be("ostree.gpg-homedir", home, true)?;
+        }
+        if let Some(remote) = self.disk.as_ref().and_then(|d| d.remote.as_ref()) {
+            must_be("disk.remote.gpg-key", &remote.gpg_key, false)?;
         }
         if let Some(live_rootfs) = &self.live.rootfs {
             must_be("live.rootfs", live_rootfs, true)?;

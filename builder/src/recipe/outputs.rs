@@ -56,6 +56,9 @@ fn inputs(recipe: &Recipe) -> Vec<Named> {
     if let Some(rootfs) = &recipe.live.rootfs {
         out.push(named("live.rootfs", rootfs));
     }
+    if let Some(remote) = recipe.disk.as_ref().and_then(|d| d.remote.as_ref()) {
+        out.push(named("disk.remote.gpg-key", &remote.gpg_key));
+    }
     out
 }
 

@@ -36,6 +36,8 @@ pub struct RawRecipe {
     pub ostree: RawOstree,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub live: Option<RawLive>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<RawDisk>,
 }
 
 /// Where an input tarball comes from: exactly one of `url`, `path`, `debian`.
@@ -125,4 +127,59 @@ pub struct RawLive {
     /// (usually `../live-image/rootfs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rootfs: Option<String>,
+}
+
+/// A disk image format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum DiskFormat {
+    /// A raw (sparse) disk image, to `dd` onto a device.
+    Raw,
+    /// QEMU's copy-on-write format.
+    Qcow2,
+}
+
+impl DiskFormat {
+    /// The file name extension of an image in this format.
+    pub fn extension(self) -> &'static str {
+        match self {
+            DiskFormat::Raw => "img",
+            DiskFormat::Qcow2 => "qcow2",
+        }
+    }
+}
+
+impl fmt::Display for DiskFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DiskFormat::Raw => "raw",
+            DiskFormat::Qcow2 => "qcow2",
+        })
+    }
+}
+
+/// The `disk` stage: a bootable disk image of the tagged ref.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RawDisk {
+    /// The whole disk (`8G`, `1536M`); defaults from the tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<String>,
+    /// Defaults to `[raw]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub formats: Vec<DiskFormat>,
+    /// Refs stored in the device's repo for offline provisioning.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub embed: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote: Option<RawRemote>,
+}
+
+/// The device's ostree remote.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RawRemote {
+    pub url: String,
+    /// The publisher's OpenPGP public key file.
+    pub gpg_key: String,
 }

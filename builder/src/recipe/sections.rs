@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 
 use super::syntax::{self, Verdict};
 use super::{
-    ConfigBase, Flavor, Kernel, Live, Locations, Ostree, RawKernel, RawLive, RawOstree, RawRecipe, RawRootfs,
-    RawRootfsBase, RawSource, RecipeError, Rootfs, RootfsBase, Source, normalize,
+    ConfigBase, Disk, Flavor, Kernel, Live, Locations, Ostree, RawDisk, RawKernel, RawLive, RawOstree,
+    RawRecipe, RawRootfs, RawRootfsBase, RawSource, RecipeError, Remote, Rootfs, RootfsBase, Source,
+    normalize,
 };
 use crate::io::hashing::is_sha256_hex;
 
@@ -314,4 +315,47 @@ fn ssh_keys(v: &Validator, keys: &[String]) -> Result<Vec<String>, RecipeError> 
             syntax::ssh_public_key(key).map_err(|e| v.error(&format!("live.ssh-authorized-keys[{i}]"), e))
         })
         .collect()
+}
+
+pub(super) fn disk(v: &Validator, rd: Option<&RawDisk>) -> Result<Option<Disk>, RecipeError> {
+    let Some(rd) = rd else {
+        return Ok(None);
+    };
+    let size = rd
+        .size
+        .as_deref()
+        .map(|text| syntax::disk_size(text).map_err(|e| v.error("disk.size", e)))
+        .transpose()?;
+    let mut formats = Vec::new();
+    for (i, format) in rd.formats.iter().enumerate() {
+        if formats.contains(format) {
+            return Err(v.error(
+                &format!("disk.formats[{i}]"),
+                format!("`{format}` is listed twice"),
+            ));
+        }
+        formats.push(*format);
+    }
+    if formats.is_empty() {
+        formats.push(super::DiskFormat::Raw);
+    }
+    for (i, ref_name) in rd.embed.iter().enumerate() {
+        v.check(&format!("disk.embed[{i}]"), syntax::ostree_ref(ref_name))?;
+    }
+    let remote = match &rd.remote {
+        Some(remote) => {
+            v.check("disk.remote.url", syntax::remote_url(&remote.url))?;
+            Some(Remote {
+                url: remote.url.clone(),
+                gpg_key: v.resolve("disk.remote.gpg-key", &remote.gpg_key)?,
+            })
+        }
+        None => None,
+    };
+    Ok(Some(Disk {
+        size,
+        formats,
+        embed: rd.embed.clone(),
+        remote,
+    }))
 }

@@ -184,6 +184,40 @@ pub fn download_url(text: &str) -> Verdict {
     Ok(())
 }
 
+/// An ostree remote's URL (the device's update remote): one http(s) URL
+/// with a host, without whitespace, credentials, query or fragment. It is
+/// stored on devices, so it carries no secret.
+pub fn remote_url(text: &str) -> Verdict {
+    if text.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!("{text:?}: a URL has no spaces, tabs or newlines"));
+    }
+    download_url(text)?;
+    let url = url::Url::parse(text).map_err(|e| e.to_string())?;
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(format!(
+            "{text:?}: credentials do not belong in an ostree remote's URL, which devices store"
+        ));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(format!("{text:?}: an ostree remote has no query or fragment"));
+    }
+    Ok(())
+}
+
+/// A disk size (`disk.size`, `--size`): a byte count, or a number with a
+/// unit where `K`, `M`, `G`, `T` (and `KiB`…) are powers of 1024 (`8G`,
+/// `1536MiB`); at least 1 MiB.
+pub fn disk_size(text: &str) -> Result<u64, String> {
+    let config = parse_size::Config::new().with_binary();
+    let size = config
+        .parse_size(text.trim())
+        .map_err(|e| format!("{text:?} is not a size (`8G`, `1536M`, bytes): {e}"))?;
+    if size < 1024 * 1024 {
+        return Err(format!("{text:?} is less than 1 MiB"));
+    }
+    Ok(size)
+}
+
 /// An ostree ref: parts of `[A-Za-z0-9._-]` separated by `/`, no `.`/`..` parts.
 pub fn ostree_ref(name: &str) -> Verdict {
     let ok = !name.is_empty()
@@ -332,6 +366,41 @@ mod tests {
             "CC=x config",
         ] {
             assert!(!is_make_config_target(not_target), "{not_target:?}");
+        }
+    }
+
+    #[test]
+    fn remote_urls() {
+        for good in [
+            "https://updates.example.org/emberrtos/",
+            "http://10.0.2.2:8080/repo",
+        ] {
+            remote_url(good).unwrap_or_else(|e| panic!("{e}"));
+        }
+        for bad in [
+            "",
+            "updates.example.org",
+            "ftp://x/",
+            "file:///srv/repo",
+            "https://u:p@x/",
+            "https://x/?a=b",
+            "https://x/#f",
+            "https://x/ y",
+            "https://x/\nurl=https://evil/",
+            " https://x/",
+        ] {
+            assert!(remote_url(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn sizes_parse_in_powers_of_1024() {
+        assert_eq!(disk_size("8G").unwrap(), 8 << 30);
+        assert_eq!(disk_size("1536M").unwrap(), 1536 * (1 << 20));
+        assert_eq!(disk_size("2GiB").unwrap(), 2 << 30);
+        assert_eq!(disk_size("1048576").unwrap(), (1 << 20));
+        for bad in ["", "x", "-1G", "1 potato", "12"] {
+            assert!(disk_size(bad).is_err(), "{bad:?}");
         }
     }
 }

@@ -657,3 +657,63 @@ fn work_dir_must_not_collide_with_inputs() {
             .is_err()
     );
 }
+
+fn with_disk(text: &str, disk: &str) -> String {
+    format!("{text}disk:\n{disk}")
+}
+
+#[test]
+fn disk_section_is_validated_field_by_field() {
+    let dir = workspace();
+    std::fs::write(
+        dir.path().join("publisher.asc"),
+        "-----BEGIN PGP PUBLIC KEY BLOCK-----\n",
+    )
+    .unwrap();
+    let good = with_disk(
+        &rt_recipe(),
+        "  size: 4G\n  formats: [raw, qcow2]\n  embed: [emberrtos/x86_64/rt]\n  remote: { url: 'https://updates.example.org/emberrtos/', gpg-key: publisher.asc }\n",
+    );
+    let disk = load(&dir, &good).unwrap().disk.unwrap();
+    assert_eq!(disk.size, Some(4 << 30));
+    assert_eq!(disk.formats, [DiskFormat::Raw, DiskFormat::Qcow2]);
+    assert_eq!(disk.embed, ["emberrtos/x86_64/rt"]);
+    let remote = disk.remote.unwrap();
+    assert_eq!(remote.gpg_key, normalize(&dir.path().join("publisher.asc")));
+    // Defaults: raw, sized from the tree, no remote.
+    let minimal = load(&dir, &with_disk(&rt_recipe(), "  embed: []\n")).unwrap();
+    let disk = minimal.disk.unwrap();
+    assert_eq!(
+        (disk.formats, disk.size, disk.remote),
+        (vec![DiskFormat::Raw], None, None)
+    );
+    assert!(load(&dir, &rt_recipe()).unwrap().disk.is_none());
+
+    let cases = [
+        ("  size: lots\n", "disk.size"),
+        ("  formats: [raw, vmdk]\n", "disk.formats[1]"),
+        ("  formats: [qcow2, qcow2]\n", "disk.formats[1]"),
+        ("  embed: [ok/ref, '../x']\n", "disk.embed[1]"),
+        ("  colour: blue\n", "disk"),
+        (
+            "  remote: { url: 'ftp://x/', gpg-key: publisher.asc }\n",
+            "disk.remote.url",
+        ),
+        (
+            "  remote: { url: 'https://x/', gpg-key: missing.asc }\n",
+            "disk.remote.gpg-key",
+        ),
+        ("  remote: { url: 'https://x/' }\n", "disk.remote"),
+    ];
+    for (section, field) in cases {
+        let text = with_disk(&rt_recipe(), section);
+        let e = err(&dir, &text);
+        assert!(
+            e.field == field || e.field.starts_with(field),
+            "{section:?}: field {:?}: {e}",
+            e.field
+        );
+        let line = text.lines().count();
+        assert_eq!(e.position.map(|p| p.line), Some(line), "{section:?}: {e}");
+    }
+}

@@ -2,6 +2,7 @@
 
 pub mod boot;
 pub mod commit;
+pub mod disk;
 pub mod fetch;
 pub mod iso;
 pub mod kernel;

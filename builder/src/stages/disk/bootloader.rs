@@ -1,0 +1,225 @@
+//! The boot path: UEFI firmware → GRUB on the ESP → the menu ostree keeps on
+//! `/boot`.
+//!
+//! Why GRUB, and this split: Debian 12's GRUB has no `blscfg`, so it cannot
+//! read ostree's BLS entries itself; systemd-boot 252 reads them only from a
+//! FAT ESP, where ostree's `/boot/loader` symlink (swapped atomically on
+//! every deploy) cannot exist. So `/boot` is ext4, and ostree's grub2
+//! backend keeps the menu there: on the device every deploy runs
+//! `grub-mkconfig` (its `/etc/grub.d/15_ostree` calls `ostree admin instutil
+//! grub2-generate`) into `/boot/loader.N/grub.cfg` and swaps the symlink.
+//! The ESP holds a GRUB image (`grub-mkimage`, modules beside it) and a
+//! static `grub.cfg` that finds `/boot` by UUID and runs
+//! `/boot/loader/grub.cfg`. At build time the first menu is generated the
+//! same way, with the same `grub2-generate`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+
+use crate::tool;
+
+/// GRUB's modules for x86_64 UEFI (`grub-efi-amd64-bin`).
+pub const GRUB_EFI_DIR: &str = "/usr/lib/grub/x86_64-efi";
+/// Where GRUB lives on the ESP: the removable-media path every UEFI
+/// firmware boots without NVRAM entries.
+pub const ESP_GRUB_DIR: &str = "/EFI/BOOT";
+
+/// Built into the GRUB image (the rest are loaded from `$prefix`).
+const CORE_MODULES: &[&str] = &[
+    "part_gpt",
+    "fat",
+    "ext2",
+    "normal",
+    "configfile",
+    "search",
+    "search_fs_uuid",
+    "linux",
+    "gzio",
+    "loadenv",
+    "test",
+    "echo",
+    "all_video",
+    "efi_gop",
+    "sleep",
+    "reboot",
+    "serial",
+    "terminal",
+];
+
+/// The ESP's `grub.cfg`: serial and screen, then the menu ostree maintains
+/// on the `/boot` filesystem found by `boot_uuid`.
+pub fn esp_grub_cfg(boot_uuid: &str) -> String {
+    format!(
+        "\
+# Written by imgbuild disk. GRUB finds /boot by its UUID and runs the menu
+# that ostree maintains there: /boot/loader is ostree's symlink to
+# loader.0 or loader.1, swapped atomically by every deploy.
+serial --unit=0 --speed=115200
+terminal_input serial console
+terminal_output serial console
+set timeout=1
+# Boot counting (issue 12) hooks in here: $prefix/grubenv, beside this file,
+# is the environment block for it. Nothing reads or writes it yet.
+if search --no-floppy --fs-uuid --set=boot {boot_uuid}; then
+  configfile ($boot)/loader/grub.cfg
+else
+  echo \"EmberRTOS: the /boot filesystem (UUID {boot_uuid}) was not found\"
+fi
+"
+    )
+}
+
+/// What precedes `grub2-generate`'s menu entries in the first
+/// `loader.N/grub.cfg`, as `grub-mkconfig`'s header does on the device:
+/// its entries call `load_video`, which the header defines.
+pub const LOADER_HEADER: &str = "\
+# Written by imgbuild disk: the header grub-mkconfig would write, then the
+# entries of `ostree admin instutil grub2-generate`. The first deploy on the
+# device replaces this file through grub-mkconfig and /etc/grub.d/15_ostree.
+set default=0
+set timeout=1
+serial --unit=0 --speed=115200
+terminal_input serial console
+terminal_output serial console
+function load_video {
+  insmod all_video
+}
+";
+
+/// `grub-mkimage` for x86_64 UEFI with `$prefix` at [`ESP_GRUB_DIR`].
+pub fn make_grub_image(out: &Path) -> Result<()> {
+    if !Path::new(GRUB_EFI_DIR).join("moddep.lst").is_file() {
+        bail!(
+            "GRUB's x86_64 UEFI modules are not installed ({GRUB_EFI_DIR}): apt-get install grub-efi-amd64-bin"
+        );
+    }
+    tool::run(
+        tool::command("grub-mkimage")?
+            .args(["-O", "x86_64-efi", "-d", GRUB_EFI_DIR, "-p", ESP_GRUB_DIR, "-o"])
+            .arg(out)
+            .args(CORE_MODULES),
+    )
+    .context("building the GRUB UEFI image")?;
+    Ok(())
+}
+
+/// A 1024-byte GRUB environment block (`grub-editenv FILE create`).
+pub fn make_grubenv(path: &Path) -> Result<()> {
+    tool::run(tool::command("grub-editenv")?.arg(path).arg("create"))?;
+    Ok(())
+}
+
+/// GRUB's modules and lists (`*.mod`, `*.lst`), sorted, so the ESP can load
+/// what a menu generated on the device asks for.
+pub fn module_files() -> Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(GRUB_EFI_DIR)
+        .with_context(|| format!("listing {GRUB_EFI_DIR}"))?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<std::io::Result<_>>()?;
+    files.retain(|p| p.is_file() && p.extension().is_some_and(|ext| ext == "mod" || ext == "lst"));
+    files.sort();
+    Ok(files)
+}
+
+/// The menu entries of `bootversion` as ostree's grub2 backend writes them
+/// (`ostree admin instutil grub2-generate`: no library API exists), with
+/// `/boot` found by `boot_uuid`.
+pub fn generate_entries(sysroot: &Path, bootversion: i32, boot_uuid: &str) -> Result<String> {
+    let output = tool::run(
+        tool::command("ostree")?
+            .env("GRUB2_BOOT_DEVICE_ID", boot_uuid)
+            .env(
+                "GRUB2_PREPARE_ROOT_CACHE",
+                format!("insmod part_gpt; insmod ext2; search --no-floppy --fs-uuid --set=root {boot_uuid}"),
+            )
+            .args(["admin", "instutil", "grub2-generate"])
+            .arg(format!("--sysroot={}", sysroot.display()))
+            .arg(bootversion.to_string()),
+    )
+    .context("generating GRUB's menu with ostree")?;
+    String::from_utf8(output.stdout).context("grub2-generate wrote something that is not UTF-8")
+}
+
+/// Checks a generated menu: exactly one entry, whose kernel and initramfs
+/// are ostree's under `/ostree/`, with every one of `kargs` and an
+/// `ostree=` argument on the kernel line. Pure.
+pub fn check_menu(menu: &str, kargs: &[String]) -> Result<(), String> {
+    let entries = menu
+        .lines()
+        .filter(|l| l.trim_start().starts_with("menuentry "))
+        .count();
+    if entries != 1 {
+        return Err(format!("expected one menu entry, found {entries}"));
+    }
+    let command = |name: &str| -> Option<Vec<&str>> {
+        menu.lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .find(|words| words.first() == Some(&name))
+    };
+    let linux = command("linux").ok_or("the entry has no `linux` line")?;
+    let initrd = command("initrd").ok_or("the entry has no `initrd` line")?;
+    for (what, words) in [("kernel", &linux), ("initramfs", &initrd)] {
+        if !words.get(1).is_some_and(|p| p.starts_with("/ostree/")) {
+            return Err(format!("the {what} is not ostree's: {}", words.join(" ")));
+        }
+    }
+    let args = &linux[2..];
+    if !args.iter().any(|a| a.starts_with("ostree=/ostree/boot.")) {
+        return Err("the kernel line has no ostree= argument".into());
+    }
+    if let Some(missing) = kargs.iter().find(|k| !args.contains(&k.as_str())) {
+        return Err(format!("the kernel line lacks {missing:?}: {}", linux.join(" ")));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MENU: &str = "\
+menuentry 'debian 1 (ostree:0)' --class gnu-linux --class gnu --class os --unrestricted 'ostree-0-u' {
+load_video
+set gfxpayload=keep
+insmod gzio
+insmod part_gpt; insmod ext2; search --no-floppy --fs-uuid --set=root u
+linux /ostree/emberrtos-e7/vmlinuz-6.12.0 root=UUID=r rw quiet ostree=/ostree/boot.1/emberrtos/e7/0
+initrd /ostree/emberrtos-e7/initramfs-6.12.0.img
+}
+";
+
+    fn kargs(words: &[&str]) -> Vec<String> {
+        words.iter().map(|w| w.to_string()).collect()
+    }
+
+    #[test]
+    fn a_generated_menu_passes() {
+        check_menu(MENU, &kargs(&["root=UUID=r", "rw", "quiet"])).unwrap();
+    }
+
+    #[test]
+    fn menus_that_would_not_boot_as_built_fail() {
+        let err = check_menu(MENU, &kargs(&["isolcpus=1"])).unwrap_err();
+        assert!(err.contains("isolcpus=1"), "{err}");
+        let two = format!("{MENU}{MENU}");
+        assert!(check_menu(&two, &[]).unwrap_err().contains("found 2"));
+        assert!(check_menu("", &[]).is_err());
+        let foreign = MENU.replace("linux /ostree/", "linux /boot/");
+        assert!(check_menu(&foreign, &[]).unwrap_err().contains("kernel"));
+        let no_ostree = MENU.replace(" ostree=/ostree/boot.1/emberrtos/e7/0", "");
+        assert!(check_menu(&no_ostree, &[]).unwrap_err().contains("ostree="));
+        let no_initrd = MENU.replace("initrd /ostree", "# /ostree");
+        assert!(check_menu(&no_initrd, &[]).unwrap_err().contains("initrd"));
+    }
+
+    #[test]
+    fn esp_config_finds_boot_by_uuid_and_runs_ostrees_menu() {
+        let cfg = esp_grub_cfg("0b6c4ad4-1d3f-8a2e-9c1b-77f0e5d2a001");
+        assert!(cfg.contains("search --no-floppy --fs-uuid --set=boot 0b6c4ad4-1d3f-8a2e-9c1b-77f0e5d2a001"));
+        assert!(cfg.contains("configfile ($boot)/loader/grub.cfg"));
+        assert!(cfg.contains("terminal_output serial console"));
+        assert!(cfg.contains("set timeout=1"));
+        assert!(cfg.contains("grubenv"));
+    }
+}
