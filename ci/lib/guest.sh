@@ -4,7 +4,8 @@
 # SIGTERM); `vm_stop` powers the guest off in order.
 #
 # The caller sets: bin (imgbuild), key (a private key, mode 600) and defines
-# fail MESSAGE.
+# fail MESSAGE. The EXIT trap kills a VM still running, then runs the
+# caller's `on_exit` if it set one.
 
 now() { date +%s; }
 
@@ -19,7 +20,7 @@ vm_start() {
     "$bin" vm "$image" --uefi --console "$vm_dir/console.log" "$@" \
         > "$vm_dir/vm.stdout" 2> "$vm_dir/vm.stderr" &
     vm_pid=$!
-    trap vm_kill EXIT
+    trap 'vm_kill; ${on_exit:-:}' EXIT
     trap 'exit 1' INT TERM
     vm_port=
     for _ in $(seq 1 60); do
@@ -98,7 +99,7 @@ vm_stop() {
     kill -0 "$vm_pid" 2>/dev/null && fail "imgbuild vm still runs 120 s after the power-off"
     vm_status=0
     wait "$vm_pid" || vm_status=$?
-    trap - EXIT
+    vm_pid=
     cat "$vm_dir/vm.stdout"
     [ "$vm_status" = 0 ] || { cat "$vm_dir/vm.stderr" >&2; fail "imgbuild vm exited $vm_status after the power-off"; }
 }
