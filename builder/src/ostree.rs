@@ -461,3 +461,42 @@ pub fn read_commit(repo: &ostree::Repo, rev: &str) -> Result<CommitInfo> {
         checksum,
     })
 }
+
+/// An OpenPGP public key, ASCII-armored or binary; never a private key.
+pub fn gpg_public_key(data: &[u8]) -> Result<(), String> {
+    if let Some(label) = crate::stages::rootfs::secrets::private_key_label(data) {
+        return Err(format!(
+            "the key file holds a private key (`{label}`): only the publisher's public key belongs here"
+        ));
+    }
+    let armored = data
+        .split(|&b| b == b'\n')
+        .any(|line| line.trim_ascii() == b"-----BEGIN PGP PUBLIC KEY BLOCK-----");
+    // A public-key packet (tag 6): old format 0b10_0110_xx, new format 0xc6.
+    let binary = data.first().is_some_and(|&b| b & 0xfc == 0x98 || b == 0xc6);
+    if armored || binary {
+        Ok(())
+    } else {
+        Err("the key file is not an OpenPGP public key (`gpg --export --armor KEYID`)".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_public_openpgp_keys() {
+        gpg_public_key(
+            b"-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nmQINBF\n-----END PGP PUBLIC KEY BLOCK-----\n",
+        )
+        .unwrap();
+        gpg_public_key(&[0x99, 0x01, 0x0d, 0x04]).unwrap();
+        gpg_public_key(&[0xc6, 0x33, 0x04]).unwrap();
+        let private = gpg_public_key(b"-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nlQ\n").unwrap_err();
+        assert!(private.contains("private key"), "{private}");
+        for bad in [&b""[..], b"hello", b"ssh-ed25519 AAAA", &[0x95, 0x01]] {
+            assert!(gpg_public_key(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -22,7 +22,6 @@ use sha2::{Digest, Sha256};
 use crate::io::hashing::sha256_file;
 use crate::io::root::ImageRoot;
 use crate::provision::{self, Flavor, LABEL, MEDIUM_FILE, Provision, ProvisionError};
-use crate::stages::rootfs::secrets::private_key_label;
 use crate::tool;
 
 /// The image size: 8 MiB, FAT12 with 2 KiB clusters, room for the file and
@@ -142,7 +141,7 @@ fn gpg_key(provision: &Provision, options: &MediumOptions) -> Result<Option<Medi
             )
         })?,
     };
-    gpg_public_key(&data).map_err(|e| provision.error(GPG_KEY_FIELD, e))?;
+    crate::ostree::gpg_public_key(&data).map_err(|e| provision.error(GPG_KEY_FIELD, e))?;
     Ok(Some(MediumFile { path, data }))
 }
 
@@ -186,25 +185,6 @@ fn read_regular_file(path: &Path) -> std::io::Result<Vec<u8>> {
         )));
     }
     Ok(data)
-}
-
-/// An OpenPGP public key, ASCII-armored or binary; never a private key.
-fn gpg_public_key(data: &[u8]) -> Result<(), String> {
-    if let Some(label) = private_key_label(data) {
-        return Err(format!(
-            "the key file holds a private key (`{label}`): a medium carries only the publisher's public key"
-        ));
-    }
-    let armored = data
-        .split(|&b| b == b'\n')
-        .any(|line| line.trim_ascii() == b"-----BEGIN PGP PUBLIC KEY BLOCK-----");
-    // A public-key packet (tag 6): old format 0b10_0110_xx, new format 0xc6.
-    let binary = data.first().is_some_and(|&b| b & 0xfc == 0x98 || b == 0xc6);
-    if armored || binary {
-        Ok(())
-    } else {
-        Err("the key file is not an OpenPGP public key (`gpg --export --armor KEYID`)".into())
-    }
 }
 
 /// The FAT volume serial: the first 32 bits of a hash of every file's path
@@ -337,20 +317,5 @@ mod tests {
         assert_eq!(one("a", b"x"), one("a", b"x"));
         assert_ne!(one("a", b"x"), one("a", b"y"));
         assert_ne!(one("ab", b"x"), one("a", b"bx"));
-    }
-
-    #[test]
-    fn only_public_openpgp_keys() {
-        gpg_public_key(
-            b"-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nmQINBF\n-----END PGP PUBLIC KEY BLOCK-----\n",
-        )
-        .unwrap();
-        gpg_public_key(&[0x99, 0x01, 0x0d, 0x04]).unwrap();
-        gpg_public_key(&[0xc6, 0x33, 0x04]).unwrap();
-        let private = gpg_public_key(b"-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nlQ\n").unwrap_err();
-        assert!(private.contains("private key"), "{private}");
-        for bad in [&b""[..], b"hello", b"ssh-ed25519 AAAA", &[0x95, 0x01]] {
-            assert!(gpg_public_key(bad).is_err(), "{bad:?}");
-        }
     }
 }

@@ -339,6 +339,18 @@ pub fn flavor_of_ref(ref_name: &str) -> Flavor {
 /// pass every artifact check afresh, and the boot evidence recorded at tag
 /// time must pass and belong to that kernel.
 pub fn gate_commit_for_ref(repo: &ostree::Repo, ref_name: &str, checksum: &str) -> Result<()> {
+    gate_commit_as(repo, ref_name, checksum, "publish", "not published")
+}
+
+/// [`gate_commit_for_ref`] for another gate (`disk`): a refusal names
+/// `stage` and says what did not happen (`consequence`).
+pub fn gate_commit_as(
+    repo: &ostree::Repo,
+    ref_name: &str,
+    checksum: &str,
+    stage: &str,
+    consequence: &str,
+) -> Result<()> {
     let info = ost::read_commit(repo, checksum)?;
     let claimed = info.metadata.get(commit::key::FLAVOR).and_then(|v| v.as_str());
     // A standard ref needs no proof, unless its commit claims rt: a badge is
@@ -348,8 +360,10 @@ pub fn gate_commit_for_ref(repo: &ostree::Repo, ref_name: &str, checksum: &str) 
     }
     let refuse = |reasons: Vec<String>| -> anyhow::Error {
         Refused {
-            stage: "publish".into(),
-            summary: format!("{ref_name} is an rt ref and commit {checksum} is not a proven PREEMPT_RT build; not published"),
+            stage: stage.into(),
+            summary: format!(
+                "{ref_name} is an rt ref and commit {checksum} is not a proven PREEMPT_RT build; {consequence}"
+            ),
             reasons,
         }
         .into()
@@ -371,7 +385,7 @@ pub fn gate_commit_for_ref(repo: &ostree::Repo, ref_name: &str, checksum: &str) 
         .map_err(|e| refuse(vec![format!("{BOOT_EVIDENCE} does not parse: {e}")]))?;
     let kernel = verify_committed_kernel(repo, checksum)?;
     let (evidence, mut problems) = combined_evidence(recorded, &kernel, boot.as_ref(), None);
-    if let Err(refused) = verify::gate("publish", &evidence, &kernel.required(true)) {
+    if let Err(refused) = verify::gate(stage, &evidence, &kernel.required(true)) {
         problems.extend(refused.reasons);
     }
     if problems.is_empty() {
