@@ -26,6 +26,8 @@ fn plan() -> QemuPlan {
         ovmf_vars: None,
         config_medium: None,
         ssh_port: 2222,
+        host_ports: vec![],
+        relay: PathBuf::from("/bin/busybox"),
     }
 }
 
