@@ -13,7 +13,8 @@ use crate::error::Refused;
 pub mod committed;
 
 pub use committed::{
-    CommittedKernel, boot_binding_problems, flavor_of_ref, gate_commit_as, gate_commit_for_ref, verify_committed_kernel,
+    CommittedKernel, boot_binding_problems, flavor_of_ref, gate_commit_as, gate_commit_for_ref,
+    verify_committed_kernel,
 };
 
 /// Whether a file name is a kernel module (`.ko`, `.ko.xz`, `.ko.gz`).
