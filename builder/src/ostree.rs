@@ -482,14 +482,44 @@ pub fn configure_remote(repo: &ostree::Repo, name: &str, url: &str, gpg_key: Opt
     gpg_public_key(key).map_err(anyhow::Error::msg)?;
     change(ostree::RepoRemoteChange::DeleteIfExists, None, None)?;
     change(ostree::RepoRemoteChange::Add, Some(url), Some(&options))?;
-    let stream = gio::MemoryInputStream::from_bytes(&glib::Bytes::from(key));
-    let imported = repo
-        .remote_gpg_import(name, Some(&stream), &[], gio::Cancellable::NONE)
-        .with_context(|| format!("importing the GPG key of remote {name}"))?;
+    let imported =
+        import_every_key(repo, name, key).with_context(|| format!("importing the GPG key of remote {name}"))?;
     if imported == 0 {
         bail!("the GPG key file of remote {name} holds no key libostree could import");
     }
     Ok(())
+}
+
+/// `ostree_repo_remote_gpg_import` of every key in `key`. The binding's
+/// `key_ids: &[&str]` cannot pass NULL ("all keys"), and an empty list
+/// imports none, so the call is made directly.
+fn import_every_key(repo: &ostree::Repo, name: &str, key: &[u8]) -> Result<u32, glib::Error> {
+    use glib::translate::{FromGlibPtrFull, ToGlibPtr};
+    let stream = gio::MemoryInputStream::from_bytes(&glib::Bytes::from(key));
+    let stream: &gio::InputStream = stream.upcast_ref();
+    let repo_ptr: *mut ostree::ffi::OstreeRepo = repo.to_glib_none().0;
+    let name_c = name.to_glib_none();
+    let stream_ptr: *mut gio::ffi::GInputStream = stream.to_glib_none().0;
+    let mut imported = 0;
+    let mut error = std::ptr::null_mut();
+    // SAFETY: every pointer comes from a live object or stash held for the
+    // call; NULL key ids and cancellable are allowed by the API.
+    unsafe {
+        ostree::ffi::ostree_repo_remote_gpg_import(
+            repo_ptr,
+            name_c.0,
+            stream_ptr,
+            std::ptr::null(),
+            &mut imported,
+            std::ptr::null_mut(),
+            &mut error,
+        );
+        if error.is_null() {
+            Ok(imported)
+        } else {
+            Err(glib::Error::from_glib_full(error))
+        }
+    }
 }
 
 /// What a pull transferred, from libostree's progress accounting.

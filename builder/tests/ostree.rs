@@ -8,13 +8,13 @@ use std::process::Command;
 
 use ostree::gio::prelude::CancellableExt;
 
-use common::GpgKey;
+use common::{GENERIC_UTS, GpgKey, Kernel, RELEASE, boot_evidence};
 use imgbuild::error::{Refused, exit, exit_code};
 use imgbuild::ostree::{self as ost, CommitRequest};
 use imgbuild::recipe::Flavor;
 use imgbuild::stages::commit::{self, CommitFacts};
 use imgbuild::stages::tag::{TagRequest, required_checks, tag, tag_with_live_iso};
-use imgbuild::stages::verify::{self, gate_commit_for_ref};
+use imgbuild::stages::verify::gate_commit_for_ref;
 
 const REF: &str = "emberrtos/x86_64/rt";
 
@@ -32,71 +32,6 @@ fn stdout(output: &std::process::Output) -> String {
         String::from_utf8_lossy(&output.stderr)
     );
     String::from_utf8_lossy(&output.stdout).trim().to_string()
-}
-
-const RELEASE: &str = "6.12.0";
-const RT_UTS: &str = "#1 SMP PREEMPT_RT Sun Nov 30 00:00:00 UTC 2025";
-const GENERIC_UTS: &str = "#1 SMP PREEMPT_DYNAMIC Sun Nov 30 00:00:00 UTC 2025";
-const RT_CONFIG: &str = "CONFIG_PREEMPT_RT=y\nCONFIG_IKCONFIG=y\n";
-const GENERIC_CONFIG: &str = "# CONFIG_PREEMPT_RT is not set\nCONFIG_PREEMPT_DYNAMIC=y\nCONFIG_IKCONFIG=y\n";
-
-/// A synthetic kernel: a bzImage setup header with the version string and an
-/// embedded config, its build config, and one module.
-#[derive(Clone, Copy, PartialEq)]
-enum Kernel {
-    Rt,
-    Generic,
-}
-
-impl Kernel {
-    fn uts(self) -> &'static str {
-        match self {
-            Kernel::Rt => RT_UTS,
-            Kernel::Generic => GENERIC_UTS,
-        }
-    }
-
-    fn config(self) -> &'static str {
-        match self {
-            Kernel::Rt => RT_CONFIG,
-            Kernel::Generic => GENERIC_CONFIG,
-        }
-    }
-
-    fn image(self) -> Vec<u8> {
-        let version = format!("{RELEASE} (ci@imgbuild) {}", self.uts());
-        rtcheck::bzimage::synthetic::kernel(&version, Some(self.config()))
-    }
-
-    fn module(self) -> Vec<u8> {
-        let flags = if self == Kernel::Rt { " preempt_rt" } else { "" };
-        rtcheck::vermagic::synthetic::module(format!("vermagic={RELEASE} SMP{flags} mod_unload\0").as_bytes())
-    }
-
-    /// Writes `usr/lib/modules/<release>/{vmlinuz,initramfs.img,config,kernel/dummy.ko}` under `tree`.
-    fn install(self, tree: &Path) {
-        let dir = tree.join("usr/lib/modules").join(RELEASE);
-        std::fs::create_dir_all(dir.join("kernel")).unwrap();
-        std::fs::write(dir.join("vmlinuz"), self.image()).unwrap();
-        std::fs::write(dir.join("initramfs.img"), b"initramfs").unwrap();
-        std::fs::write(dir.join("config"), self.config()).unwrap();
-        std::fs::write(dir.join("kernel/dummy.ko"), self.module()).unwrap();
-    }
-
-    /// The verify stage's evidence on this kernel, as the pipeline records it.
-    fn evidence(self) -> rtcheck::Evidence {
-        let dir = tempfile::tempdir().unwrap();
-        self.install(dir.path());
-        let kernel = dir.path().join("usr/lib/modules").join(RELEASE);
-        let mut evidence = verify::check_artifacts(
-            &kernel.join("vmlinuz"),
-            Some(&kernel.join("config")),
-            Some(&kernel),
-        )
-        .unwrap();
-        evidence.checks.insert(0, verify::config_check(42, true));
-        evidence
-    }
 }
 
 /// A small tree in ostree layout, carrying `kernel`.
@@ -120,13 +55,6 @@ fn cloud_evidence() -> rtcheck::Evidence {
     Kernel::Generic.evidence()
 }
 
-/// Boot evidence as the boot stage records it for `kernel` booted from `iso`.
-fn boot_evidence(kernel: Kernel, iso: &str) -> rtcheck::Evidence {
-    let mut boot = rtcheck::evidence::check_running_kernel(kernel.uts(), Some(kernel.config()));
-    boot.release = Some(RELEASE.into());
-    boot.medium_sha256 = Some(iso.into());
-    boot
-}
 
 fn metadata(flavor: Flavor, evidence: &rtcheck::Evidence) -> ost::Metadata {
     commit::metadata(&CommitFacts {

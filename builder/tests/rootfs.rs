@@ -19,6 +19,7 @@ pub fn composed(dir: &Path) -> imgbuild::stages::rootfs::RootfsOutput {
     let kernel = debian_kernel_files("rt", dir);
     let overlays = [
         repo_root().join("overlays/base"),
+        repo_root().join("overlays/device"),
         repo_root().join("overlays/rt-tuning"),
     ];
     let kargs = vec![
@@ -41,6 +42,7 @@ pub fn composed(dir: &Path) -> imgbuild::stages::rootfs::RootfsOutput {
             kargs: &kargs,
             info: &info,
             busybox: Path::new("/bin/busybox"),
+            device_tool: Path::new(env!("CARGO_BIN_EXE_emberrtos-device")),
             epoch: 1_764_460_800,
         },
         &stage,
@@ -168,6 +170,23 @@ fn composed_tree_has_the_exact_ostree_layout() {
         serde_json::from_str(&std::fs::read_to_string(tree.join("usr/lib/imgbuild/build.json")).unwrap())
             .unwrap();
     assert_eq!(info["flavor"], "rt");
+    // The device tool and its update name; the first-boot unit, enabled.
+    let device_tool = tree.join("usr/libexec/emberrtos/emberrtos-device");
+    assert_eq!(
+        std::fs::read(&device_tool).unwrap(),
+        std::fs::read(env!("CARGO_BIN_EXE_emberrtos-device")).unwrap()
+    );
+    assert_eq!(std::fs::metadata(&device_tool).unwrap().mode() & 0o777, 0o755);
+    assert_eq!(
+        kind(&tree.join("usr/bin/emberrtos-update")),
+        "-> /usr/libexec/emberrtos/emberrtos-device"
+    );
+    assert_eq!(
+        kind(&tree.join("usr/lib/systemd/system/multi-user.target.wants/emberrtos-provision.service")),
+        "-> ../emberrtos-provision.service"
+    );
+    // grub-mkconfig on the device runs only 00_header and ostree's 15_ostree.
+    assert_eq!(kind(&tree.join("usr/etc/grub.d/10_linux")), "-> /dev/null");
     // No stray kernel anywhere else, no device nodes.
     assert_eq!(std::fs::read_dir(tree.join("boot")).unwrap().count(), 0);
     assert!(out.size_bytes > 1_000_000);

@@ -20,7 +20,7 @@
 //! banners say `RT provisioning REFUSED: <reason>`, and the command exits 3
 //! so the unit fails visibly. Any other error is `failed` (exit 1).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -240,7 +240,8 @@ fn provision_rt(system: &System) -> Result<RtDone, RtError> {
         commit: commit.map(str::to_string),
         ref_name: Some(rt_ref.clone()),
     };
-    let (checksum, pulled) = resolve_rt(&repo, &rt_ref, remote.as_deref()).map_err(|r| refuse(r, None))?;
+    let (checksum, pulled) =
+        resolve_rt(&repo, &rt_ref, remote.as_deref(), system.live).map_err(|r| refuse(r, None))?;
     if let Err(e) = gate_commit_as(&repo, &rt_ref, &checksum, "provision", "not deployed") {
         if pulled && let Some(remote) = &remote {
             // The refused commit does not stay behind as the remote's current RT ref.
@@ -274,8 +275,9 @@ fn update_remote(repo: &ostree::Repo, booted_remote: Option<&str>) -> Option<Str
 }
 
 /// The RT commit: from the device's repo, else pulled from `remote` (GPG
-/// verified). The error is the refusal's reason; the flag says it was pulled.
-fn resolve_rt(repo: &ostree::Repo, rt_ref: &str, remote: Option<&str>) -> Result<(String, bool), String> {
+/// verified; on the device once the network is up). The error is the
+/// refusal's reason; the flag says it was pulled.
+fn resolve_rt(repo: &ostree::Repo, rt_ref: &str, remote: Option<&str>, live: bool) -> Result<(String, bool), String> {
     match ost::resolve(repo, rt_ref) {
         Ok(Some(checksum)) => {
             println!("{rt_ref}: commit {checksum} in the device's repo");
@@ -289,8 +291,11 @@ fn resolve_rt(repo: &ostree::Repo, rt_ref: &str, remote: Option<&str>) -> Result
             "resolve: {rt_ref} is not in the device's repo and no update remote is configured to pull it from"
         ));
     };
+    if live {
+        wait_for_network();
+    }
     let pulled = ost::pull_ref(repo, remote, rt_ref)
-        .map_err(|e| format!("pull: {rt_ref} from remote {remote} with GPG verification failed: {e:#}"))?;
+        .map_err(|e| format!("pull: {rt_ref} from remote {remote} (GPG verified) failed: {}", e.root_cause()))?;
     println!(
         "{rt_ref}: pulled commit {} from {remote}, {} bytes transferred ({})",
         pulled.checksum, pulled.bytes_transferred, pulled.status
@@ -298,10 +303,33 @@ fn resolve_rt(repo: &ostree::Repo, rt_ref: &str, remote: Option<&str>) -> Result
     Ok((pulled.checksum, true))
 }
 
-/// The reason of a gate refusal: the checks that failed, by name.
-fn verify_reason(error: &anyhow::Error) -> String {
-    match error.downcast_ref::<Refused>() {
-        Some(refused) => format!("verify: {}: {}", refused.summary, refused.reasons.join("; ")),
-        None => format!("verify: {error:#}"),
+/// systemd-networkd's own wait for a configured link, bounded. The unit is
+/// not ordered after `network-online.target`: that would hold SSH and the
+/// console login back on every boot of an offline node; only a pull waits.
+/// On a timeout the pull runs anyway and its error names the cause.
+fn wait_for_network() {
+    const WAIT_ONLINE: &str = "/usr/lib/systemd/systemd-networkd-wait-online";
+    const SECONDS: u32 = 90;
+    if Path::new(WAIT_ONLINE).is_file() {
+        println!("waiting up to {SECONDS}s for the network");
+        let _ = std::process::Command::new(WAIT_ONLINE)
+            .args(["--any", &format!("--timeout={SECONDS}")])
+            .status();
     }
+}
+
+/// The reason of a gate refusal: the checks that failed, by name, first
+/// (`artifact.uts-version: not PREEMPT_RT ...`), then the other problems.
+/// The commit and ref are in the record beside it.
+fn verify_reason(error: &anyhow::Error) -> String {
+    let Some(refused) = error.downcast_ref::<Refused>() else {
+        return format!("verify: {error:#}");
+    };
+    let names_a_check = |reason: &String| {
+        let id = reason.split(':').next().unwrap_or_default();
+        !id.is_empty() && !id.contains(' ') && (id.contains('.') || id == "config")
+    };
+    let mut reasons = refused.reasons.clone();
+    reasons.sort_by_key(|reason| !names_a_check(reason));
+    format!("verify: the kernel is not proven PREEMPT_RT: {}", reasons.join("; "))
 }

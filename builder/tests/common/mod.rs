@@ -471,3 +471,80 @@ fn serve_file(mut stream: TcpStream, root: &Path, log: &Mutex<Vec<(String, u64)>
         }
     }
 }
+
+// ---- Synthetic kernels (a bzImage header, a config, a module) ----
+
+pub const RELEASE: &str = "6.12.0";
+pub const RT_UTS: &str = "#1 SMP PREEMPT_RT Sun Nov 30 00:00:00 UTC 2025";
+pub const GENERIC_UTS: &str = "#1 SMP PREEMPT_DYNAMIC Sun Nov 30 00:00:00 UTC 2025";
+pub const RT_CONFIG: &str = "CONFIG_PREEMPT_RT=y\nCONFIG_IKCONFIG=y\n";
+pub const GENERIC_CONFIG: &str = "# CONFIG_PREEMPT_RT is not set\nCONFIG_PREEMPT_DYNAMIC=y\nCONFIG_IKCONFIG=y\n";
+
+/// A synthetic kernel: a bzImage setup header with the version string and an
+/// embedded config, its build config, and one module.
+#[derive(Clone, Copy, PartialEq)]
+pub enum Kernel {
+    Rt,
+    Generic,
+}
+
+impl Kernel {
+    pub fn uts(self) -> &'static str {
+        match self {
+            Kernel::Rt => RT_UTS,
+            Kernel::Generic => GENERIC_UTS,
+        }
+    }
+
+    pub fn config(self) -> &'static str {
+        match self {
+            Kernel::Rt => RT_CONFIG,
+            Kernel::Generic => GENERIC_CONFIG,
+        }
+    }
+
+    pub fn image(self) -> Vec<u8> {
+        let version = format!("{RELEASE} (ci@imgbuild) {}", self.uts());
+        rtcheck::bzimage::synthetic::kernel(&version, Some(self.config()))
+    }
+
+    pub fn module(self) -> Vec<u8> {
+        let flags = if self == Kernel::Rt { " preempt_rt" } else { "" };
+        rtcheck::vermagic::synthetic::module(format!("vermagic={RELEASE} SMP{flags} mod_unload\0").as_bytes())
+    }
+
+    /// Writes `usr/lib/modules/<release>/{vmlinuz,initramfs.img,config,kernel/dummy.ko}` under `tree`.
+    pub fn install(self, tree: &Path) {
+        let dir = tree.join("usr/lib/modules").join(RELEASE);
+        std::fs::create_dir_all(dir.join("kernel")).unwrap();
+        std::fs::write(dir.join("vmlinuz"), self.image()).unwrap();
+        std::fs::write(dir.join("initramfs.img"), b"initramfs").unwrap();
+        std::fs::write(dir.join("config"), self.config()).unwrap();
+        std::fs::write(dir.join("kernel/dummy.ko"), self.module()).unwrap();
+    }
+
+    /// The verify stage's evidence on this kernel, as the pipeline records it.
+    pub fn evidence(self) -> rtcheck::Evidence {
+        let dir = tempfile::tempdir().unwrap();
+        self.install(dir.path());
+        let kernel = dir.path().join("usr/lib/modules").join(RELEASE);
+        let mut evidence = imgbuild::stages::verify::check_artifacts(
+            &kernel.join("vmlinuz"),
+            Some(&kernel.join("config")),
+            Some(&kernel),
+        )
+        .unwrap();
+        evidence
+            .checks
+            .insert(0, imgbuild::stages::verify::config_check(42, true));
+        evidence
+    }
+}
+
+/// Boot evidence as the boot stage records it for `kernel` booted from `iso`.
+pub fn boot_evidence(kernel: Kernel, iso: &str) -> rtcheck::Evidence {
+    let mut boot = rtcheck::evidence::check_running_kernel(kernel.uts(), Some(kernel.config()));
+    boot.release = Some(RELEASE.into());
+    boot.medium_sha256 = Some(iso.into());
+    boot
+}
