@@ -16,7 +16,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{GpgKey, Kernel, StaticServer, boot_evidence};
+use common::{GpgKey, Kernel, StaticServer};
 use imgbuild::ostree::{self as ost, CommitRequest, MetaValue};
 use imgbuild::recipe::Flavor;
 use imgbuild::stages::commit::{self, CommitFacts};
@@ -142,7 +142,7 @@ fn commit_build(repo: &Path, ref_name: &str, build: &Build, key: Option<&GpgKey>
     .unwrap();
     if build.boot {
         let mut detached = ost::Metadata::new();
-        let boot = boot_evidence(Kernel::Rt, &"1".repeat(64));
+        let boot = rt_boot_evidence();
         detached.insert(
             commit::BOOT_EVIDENCE.into(),
             MetaValue::Str(serde_json::to_string(&boot).unwrap()),
@@ -157,6 +157,14 @@ fn commit_build(repo: &Path, ref_name: &str, build: &Build, key: Option<&GpgKey>
         ost::update_summary(&repository, Some(&key.fingerprint), Some(key.home.path())).unwrap();
     }
     out.checksum
+}
+
+/// Boot evidence as the boot stage records it for the RT kernel.
+fn rt_boot_evidence() -> rtcheck::Evidence {
+    let mut boot = rtcheck::evidence::check_running_kernel(Kernel::Rt.uts(), Some(Kernel::Rt.config()));
+    boot.release = Some(common::RELEASE.into());
+    boot.medium_sha256 = Some("1".repeat(64));
+    boot
 }
 
 fn standard(release: &str) -> Build<'_> {

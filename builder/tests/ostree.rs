@@ -8,7 +8,7 @@ use std::process::Command;
 
 use ostree::gio::prelude::CancellableExt;
 
-use common::{GENERIC_UTS, GpgKey, Kernel, RELEASE, boot_evidence};
+use common::{GENERIC_UTS, GpgKey, Kernel, RELEASE};
 use imgbuild::error::{Refused, exit, exit_code};
 use imgbuild::ostree::{self as ost, CommitRequest};
 use imgbuild::recipe::Flavor;
@@ -55,6 +55,13 @@ fn cloud_evidence() -> rtcheck::Evidence {
     Kernel::Generic.evidence()
 }
 
+/// Boot evidence as the boot stage records it for `kernel` booted from `iso`.
+fn boot_evidence(kernel: Kernel, iso: &str) -> rtcheck::Evidence {
+    let mut boot = rtcheck::evidence::check_running_kernel(kernel.uts(), Some(kernel.config()));
+    boot.release = Some(RELEASE.into());
+    boot.medium_sha256 = Some(iso.into());
+    boot
+}
 
 fn metadata(flavor: Flavor, evidence: &rtcheck::Evidence) -> ost::Metadata {
     commit::metadata(&CommitFacts {

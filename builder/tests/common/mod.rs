@@ -472,13 +472,12 @@ fn serve_file(mut stream: TcpStream, root: &Path, log: &Mutex<Vec<(String, u64)>
     }
 }
 
-// ---- Synthetic kernels (a bzImage header, a config, a module) ----
-
 pub const RELEASE: &str = "6.12.0";
 pub const RT_UTS: &str = "#1 SMP PREEMPT_RT Sun Nov 30 00:00:00 UTC 2025";
 pub const GENERIC_UTS: &str = "#1 SMP PREEMPT_DYNAMIC Sun Nov 30 00:00:00 UTC 2025";
 pub const RT_CONFIG: &str = "CONFIG_PREEMPT_RT=y\nCONFIG_IKCONFIG=y\n";
-pub const GENERIC_CONFIG: &str = "# CONFIG_PREEMPT_RT is not set\nCONFIG_PREEMPT_DYNAMIC=y\nCONFIG_IKCONFIG=y\n";
+pub const GENERIC_CONFIG: &str =
+    "# CONFIG_PREEMPT_RT is not set\nCONFIG_PREEMPT_DYNAMIC=y\nCONFIG_IKCONFIG=y\n";
 
 /// A synthetic kernel: a bzImage setup header with the version string and an
 /// embedded config, its build config, and one module.
@@ -539,12 +538,4 @@ impl Kernel {
             .insert(0, imgbuild::stages::verify::config_check(42, true));
         evidence
     }
-}
-
-/// Boot evidence as the boot stage records it for `kernel` booted from `iso`.
-pub fn boot_evidence(kernel: Kernel, iso: &str) -> rtcheck::Evidence {
-    let mut boot = rtcheck::evidence::check_running_kernel(kernel.uts(), Some(kernel.config()));
-    boot.release = Some(RELEASE.into());
-    boot.medium_sha256 = Some(iso.into());
-    boot
 }
