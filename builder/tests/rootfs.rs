@@ -342,3 +342,36 @@ fn rt_tune_on_hardware_without_knobs_still_exits_0() {
     assert!(status.success());
     let _: PathBuf = script;
 }
+
+/// grub-mkconfig on the device runs every executable in /etc/grub.d. The
+/// device overlay masks each generator Debian's grub-common ships (a link to
+/// /dev/null, not executable) except 00_header, and leaves ostree's
+/// 15_ostree alone: the menu holds the deployments and nothing else. Checked
+/// against this (Debian) host's /etc/grub.d, the same packages.
+#[test]
+fn device_overlay_leaves_grub_only_the_header_and_ostree() {
+    let host = Path::new("/etc/grub.d");
+    if !host.is_dir() {
+        eprintln!("SKIPPED: no /etc/grub.d on this host (apt-get install grub-common ostree-boot)");
+        return;
+    }
+    let masks = repo_root().join("overlays/device/etc/grub.d");
+    for entry in std::fs::read_dir(host).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        let executable = std::fs::metadata(host.join(&name)).is_ok_and(|m| m.mode() & 0o111 != 0);
+        let mask = masks.join(&name);
+        match name.as_str() {
+            "00_header" | "15_ostree" => assert!(!mask.exists() && !mask.is_symlink(), "{name} must run"),
+            _ if executable => assert_eq!(
+                std::fs::read_link(&mask).ok(),
+                Some(PathBuf::from("/dev/null")),
+                "/etc/grub.d/{name} would add boot entries: mask it in overlays/device/etc/grub.d"
+            ),
+            _ => {}
+        }
+    }
+    let default = std::fs::read_to_string(repo_root().join("overlays/device/etc/default/grub")).unwrap();
+    for setting in ["GRUB_TIMEOUT=1", "GRUB_DEFAULT=0", "GRUB_DISABLE_OS_PROBER=true"] {
+        assert!(default.lines().any(|l| l == setting), "{setting}");
+    }
+}
