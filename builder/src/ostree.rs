@@ -482,8 +482,8 @@ pub fn configure_remote(repo: &ostree::Repo, name: &str, url: &str, gpg_key: Opt
     gpg_public_key(key).map_err(anyhow::Error::msg)?;
     change(ostree::RepoRemoteChange::DeleteIfExists, None, None)?;
     change(ostree::RepoRemoteChange::Add, Some(url), Some(&options))?;
-    let imported =
-        import_every_key(repo, name, key).with_context(|| format!("importing the GPG key of remote {name}"))?;
+    let imported = import_every_key(repo, name, key)
+        .with_context(|| format!("importing the GPG key of remote {name}"))?;
     if imported == 0 {
         bail!("the GPG key file of remote {name} holds no key libostree could import");
     }

@@ -33,6 +33,7 @@ const PACKAGES: &[(&str, &str)] = &[
     ("mformat", "mtools"),
     ("mmdebstrap", "mmdebstrap"),
     ("openssl", "openssl"),
+    ("strip", "binutils"),
     ("ostree", "ostree"),
     ("perl", "perl"),
     ("qemu-system-x86_64", "qemu-system-x86"),

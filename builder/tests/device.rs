@@ -27,7 +27,11 @@ const OS: &str = "emberrtos";
 const KEY: &str =
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMb0BNNQoj3nWEsjM+9r/UoI4GBWm7F3uUbLuQGNTzYr ops@example.org";
 /// What `imgbuild disk` puts on the kernel command line besides the commit's.
-const DISK_KARGS: &[&str] = &["root=UUID=0d1e2f30-aaaa-4bbb-8ccc-123456789abc", "rw", "console=ttyS0,115200"];
+const DISK_KARGS: &[&str] = &[
+    "root=UUID=0d1e2f30-aaaa-4bbb-8ccc-123456789abc",
+    "rw",
+    "console=ttyS0,115200",
+];
 const STD_KARGS: &[&str] = &["quiet"];
 const RT_KARGS: &[&str] = &["quiet", "isolcpus=managed_irq,domain,1", "nohz_full=1"];
 const DAY: u64 = 86_400;
@@ -107,7 +111,11 @@ struct Build<'a> {
 /// key is given); returns the checksum.
 fn commit_build(repo: &Path, ref_name: &str, build: &Build, key: Option<&GpgKey>) -> String {
     let dir = tempfile::tempdir().unwrap();
-    let flavor_file = if build.flavor == Flavor::Rt { "rt" } else { "standard" };
+    let flavor_file = if build.flavor == Flavor::Rt {
+        "rt"
+    } else {
+        "standard"
+    };
     let tree = tree(dir.path(), "tree", build.kernel, flavor_file, build.release);
     // The verify stage's evidence of an RT kernel, whatever is committed:
     // the gate must read the committed files, not this claim.
@@ -150,7 +158,13 @@ fn commit_build(repo: &Path, ref_name: &str, build: &Build, key: Option<&GpgKey>
         ost::add_detached_metadata(&repository, &out.checksum, &detached).unwrap();
     }
     if let Some(key) = key {
-        ost::sign_commit(&repository, &out.checksum, &key.fingerprint, Some(key.home.path())).unwrap();
+        ost::sign_commit(
+            &repository,
+            &out.checksum,
+            &key.fingerprint,
+            Some(key.home.path()),
+        )
+        .unwrap();
     }
     ost::set_ref(&repository, ref_name, &out.checksum).unwrap();
     if let Some(key) = key {
@@ -218,7 +232,10 @@ impl Drop for Device {
 impl Device {
     /// Installs `STD_REF` from `repo`, with `refs` also stored in the device's repo.
     fn new(repo: &Path, refs: &[&str]) -> Device {
-        let dir = tempfile::Builder::new().prefix("device-test").tempdir_in("/dev/shm").unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("device-test")
+            .tempdir_in("/dev/shm")
+            .unwrap();
         let sysroot = dir.path().join("sysroot");
         std::fs::create_dir_all(&sysroot).unwrap();
         let s = format!("--sysroot={}", sysroot.display());
@@ -229,7 +246,12 @@ impl Device {
         pull.extend(refs);
         run(&mut ostree(&pull));
         let std_kargs = commit_kargs(&sysroot.join("ostree/repo"), STD_REF);
-        let mut deploy = vec!["admin".to_string(), "deploy".into(), s.clone(), format!("--os={OS}")];
+        let mut deploy = vec![
+            "admin".to_string(),
+            "deploy".into(),
+            s.clone(),
+            format!("--os={OS}"),
+        ];
         for karg in DISK_KARGS.iter().map(|k| k.to_string()).chain(std_kargs) {
             deploy.push(format!("--karg={karg}"));
         }
@@ -263,7 +285,9 @@ impl Device {
         let mut yaml = format!("flavor: {flavor}\nhostname: cell-07\nssh-authorized-keys: [\"{KEY}\"]\n");
         if let Some((url, key)) = remote {
             std::fs::copy(key, dir.join("publisher.asc")).unwrap();
-            yaml.push_str(&format!("update-remote: {{url: \"{url}\", gpg-key: publisher.asc}}\n"));
+            yaml.push_str(&format!(
+                "update-remote: {{url: \"{url}\", gpg-key: publisher.asc}}\n"
+            ));
         }
         std::fs::write(dir.join("provision.yaml"), yaml).unwrap();
     }
@@ -329,7 +353,12 @@ fn text(out: &Output) -> String {
 }
 
 fn expected_kargs(commit_kargs: &[&str]) -> String {
-    DISK_KARGS.iter().chain(commit_kargs).copied().collect::<Vec<_>>().join(" ")
+    DISK_KARGS
+        .iter()
+        .chain(commit_kargs)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 #[test]
@@ -358,7 +387,10 @@ fn rt_provisioning_refuses_a_generic_kernel_and_deploys_nothing() {
     );
     assert!(reason.contains("boot evidence is from build"), "{reason}");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("EMBERRTOS-PROVISION: refused flavor=rt"), "{stdout}");
+    assert!(
+        stdout.contains("EMBERRTOS-PROVISION: refused flavor=rt"),
+        "{stdout}"
+    );
     assert!(stdout.contains("RT provisioning REFUSED: verify: "), "{stdout}");
 
     // Nothing was deployed: the node stays standard.
@@ -374,7 +406,10 @@ fn rt_provisioning_refuses_a_generic_kernel_and_deploys_nothing() {
     assert!(motd.starts_with("RT provisioning REFUSED: verify: "), "{motd}");
     let issue = std::fs::read_to_string(root.join("etc/issue.d/50-emberrtos-provision.issue")).unwrap();
     assert!(issue.contains("RT provisioning REFUSED"), "{issue}");
-    assert_eq!(std::fs::read_to_string(root.join("etc/hostname")).unwrap(), "cell-07\n");
+    assert_eq!(
+        std::fs::read_to_string(root.join("etc/hostname")).unwrap(),
+        "cell-07\n"
+    );
     let ssh = device.var().join("roothome/.ssh");
     assert_eq!(std::fs::metadata(&ssh).unwrap().mode() & 0o777, 0o700);
     let keys = ssh.join("authorized_keys");
@@ -404,8 +439,9 @@ fn rt_provisioning_deploys_the_verified_commit_and_keeps_the_standard_one() {
     let out = device.provision();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(
-        String::from_utf8_lossy(&out.stdout)
-            .contains(&format!("EMBERRTOS-PROVISION: provisioned flavor=rt commit={rt_commit}")),
+        String::from_utf8_lossy(&out.stdout).contains(&format!(
+            "EMBERRTOS-PROVISION: provisioned flavor=rt commit={rt_commit}"
+        )),
         "{}",
         text(&out)
     );
@@ -436,7 +472,10 @@ fn rt_provisioning_deploys_the_verified_commit_and_keeps_the_standard_one() {
     // /etc merged: the hostname set on the standard deployment carries over,
     // and the flavor file is the RT commit's.
     let root = device.default_root();
-    assert_eq!(std::fs::read_to_string(root.join("etc/hostname")).unwrap(), "cell-07\n");
+    assert_eq!(
+        std::fs::read_to_string(root.join("etc/hostname")).unwrap(),
+        "cell-07\n"
+    );
     assert_eq!(
         std::fs::read_to_string(root.join("etc/emberrtos/kernel-flavor")).unwrap(),
         "rt\n"
@@ -469,7 +508,11 @@ fn rt_provisioning_pulls_from_the_remote_then_updates_refuse_and_roll_back() {
 
     let out = device.provision();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("bytes transferred"), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("bytes transferred"),
+        "{}",
+        text(&out)
+    );
     assert_eq!(device.checksums(), vec![v1.clone(), std_commit.clone()]);
     let status = device.status();
     assert_eq!(status[0]["origin"], format!("emberrtos:{RT_REF}"));
@@ -485,12 +528,20 @@ fn rt_provisioning_pulls_from_the_remote_then_updates_refuse_and_roll_back() {
         &format!("--from={v1}"),
         &format!("--to={v2}"),
     ]));
-    ost::update_summary(&ost::open(&served).unwrap(), Some(&key.fingerprint), Some(key.home.path())).unwrap();
+    ost::update_summary(
+        &ost::open(&served).unwrap(),
+        Some(&key.fingerprint),
+        Some(key.home.path()),
+    )
+    .unwrap();
     let up = device.device(&["update", "upgrade", "--no-reboot"]);
     eprintln!("upgrade: {}", text(&up));
     assert_eq!(up.status.code(), Some(0), "{}", text(&up));
     let said = String::from_utf8_lossy(&up.stdout);
-    assert!(said.contains("bytes transferred") && said.contains("static delta parts 1/1"), "{said}");
+    assert!(
+        said.contains("bytes transferred") && said.contains("static delta parts 1/1"),
+        "{said}"
+    );
     assert_eq!(device.checksums(), vec![v2.clone(), v1.clone()]);
     assert_eq!(
         std::fs::read_to_string(device.default_root().join("usr/share/emberrtos/release")).unwrap(),
@@ -502,7 +553,11 @@ fn rt_provisioning_pulls_from_the_remote_then_updates_refuse_and_roll_back() {
     let refused = device.device(&["update", "upgrade", "--no-reboot"]);
     eprintln!("refused upgrade: {}", text(&refused));
     assert_eq!(refused.status.code(), Some(3), "{}", text(&refused));
-    assert!(text(&refused).contains("artifact.uts-version"), "{}", text(&refused));
+    assert!(
+        text(&refused).contains("artifact.uts-version"),
+        "{}",
+        text(&refused)
+    );
     assert!(!device.checksums().contains(&v3));
 
     // Rollback: v1 is the default again.
@@ -567,7 +622,10 @@ fn standard_provisioning_and_bad_media() {
     let record = bad.record();
     assert_eq!(record["status"], "failed");
     let reason = record["reason"].as_str().unwrap();
-    assert!(reason.contains("EMBERCFG:emberrtos/provision.yaml:4") && reason.contains("colour"), "{reason}");
+    assert!(
+        reason.contains("EMBERCFG:emberrtos/provision.yaml:4") && reason.contains("colour"),
+        "{reason}"
+    );
     assert!(String::from_utf8_lossy(&out.stdout).contains("EMBERRTOS-PROVISION: failed"));
 
     // No medium at all: nothing recorded, the node boots as built.

@@ -277,7 +277,12 @@ fn update_remote(repo: &ostree::Repo, booted_remote: Option<&str>) -> Option<Str
 /// The RT commit: from the device's repo, else pulled from `remote` (GPG
 /// verified; on the device once the network is up). The error is the
 /// refusal's reason; the flag says it was pulled.
-fn resolve_rt(repo: &ostree::Repo, rt_ref: &str, remote: Option<&str>, live: bool) -> Result<(String, bool), String> {
+fn resolve_rt(
+    repo: &ostree::Repo,
+    rt_ref: &str,
+    remote: Option<&str>,
+    live: bool,
+) -> Result<(String, bool), String> {
     match ost::resolve(repo, rt_ref) {
         Ok(Some(checksum)) => {
             println!("{rt_ref}: commit {checksum} in the device's repo");
@@ -294,8 +299,12 @@ fn resolve_rt(repo: &ostree::Repo, rt_ref: &str, remote: Option<&str>, live: boo
     if live {
         wait_for_network();
     }
-    let pulled = ost::pull_ref(repo, remote, rt_ref)
-        .map_err(|e| format!("pull: {rt_ref} from remote {remote} (GPG verified) failed: {}", e.root_cause()))?;
+    let pulled = ost::pull_ref(repo, remote, rt_ref).map_err(|e| {
+        format!(
+            "pull: {rt_ref} from remote {remote} (GPG verified) failed: {}",
+            e.root_cause()
+        )
+    })?;
     println!(
         "{rt_ref}: pulled commit {} from {remote}, {} bytes transferred ({})",
         pulled.checksum, pulled.bytes_transferred, pulled.status
@@ -331,5 +340,8 @@ fn verify_reason(error: &anyhow::Error) -> String {
     };
     let mut reasons = refused.reasons.clone();
     reasons.sort_by_key(|reason| !names_a_check(reason));
-    format!("verify: the kernel is not proven PREEMPT_RT: {}", reasons.join("; "))
+    format!(
+        "verify: the kernel is not proven PREEMPT_RT: {}",
+        reasons.join("; ")
+    )
 }

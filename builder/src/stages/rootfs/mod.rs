@@ -130,9 +130,20 @@ pub fn find_device_tool() -> Result<PathBuf> {
     tool::find_companion("emberrtos-device", "IMGBUILD_DEVICE_TOOL")
 }
 
-/// Installs `emberrtos-device` and its `emberrtos-update` name.
-fn install_device_tool(root: &ImageRoot, tool: &Path) -> Result<()> {
-    root.copy_in(tool, Path::new(device::INSTALL_PATH), 0o755)
+/// Installs `emberrtos-device` and its `emberrtos-update` name. The debug
+/// info of a release build (line tables, most of its 60+ MiB) stays on the
+/// build host: the image gets the binary with its symbols only (about 4 MiB).
+fn install_device_tool(root: &ImageRoot, binary: &Path) -> Result<()> {
+    let stripped = tempfile::NamedTempFile::new()?;
+    tool::run(
+        tool::command("strip")?
+            .arg("--strip-debug")
+            .arg("-o")
+            .arg(stripped.path())
+            .arg(binary),
+    )
+    .context("stripping the debug info of emberrtos-device")?;
+    root.copy_in(stripped.path(), Path::new(device::INSTALL_PATH), 0o755)
         .context("installing emberrtos-device")?;
     let target = Path::new("/").join(device::INSTALL_PATH);
     root.symlink(Path::new(device::UPDATE_LINK), &target)
