@@ -1,6 +1,7 @@
 //! imgbuild: builds an immutable Linux OS whose RT flavor runs a mainline
 //! PREEMPT_RT kernel, and refuses to tag anything it cannot prove is RT.
 //!
+//! `device` is the side that runs on the OS itself (`emberrtos-device`).
 //! `stages` holds one module per pipeline stage, `pipeline` chains them
 //! through the stage protocol in `stage`, `commands` holds the commands that
 //! are not stages, and `io` the stage-agnostic helpers, among them the
@@ -9,6 +10,7 @@
 pub mod cache;
 pub mod cli;
 pub mod commands;
+pub mod device;
 pub mod error;
 pub mod io;
 pub mod ostree;

@@ -368,6 +368,7 @@ fn stage_rootfs(ctx: &Context, report: &mut PipelineReport, kernel: &KernelOutpu
         RootfsBase::Tarball(source) => fetch::fetch(source, &ctx.cache, &ctx.fetch_options, &ctx.ui)?.sha256,
     };
     let busybox = rootfs::static_busybox()?;
+    let device_tool = rootfs::find_device_tool()?;
     let mut key = Key::new()
         .with("base", &base_key)
         .with("kernel", &kernel.key)
@@ -375,6 +376,7 @@ fn stage_rootfs(ctx: &Context, report: &mut PipelineReport, kernel: &KernelOutpu
         .with("flavor", recipe.flavor.to_string())
         .with("name", format!("{} {}", recipe.name, recipe.version))
         .with("busybox", sha256_file(&busybox, None)?)
+        .with("emberrtos-device", sha256_file(&device_tool, None)?)
         .with("format", ROOTFS_FORMAT);
     for (i, overlay) in recipe.rootfs.overlays.iter().enumerate() {
         key = key.with(
@@ -413,6 +415,7 @@ fn stage_rootfs(ctx: &Context, report: &mut PipelineReport, kernel: &KernelOutpu
                 kargs: &recipe.kernel.cmdline,
                 info: &info,
                 busybox: &busybox,
+                device_tool: &device_tool,
                 epoch,
             };
             rootfs::compose(&inputs, dir, &ctx.ui)

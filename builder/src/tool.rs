@@ -38,6 +38,7 @@ const PACKAGES: &[(&str, &str)] = &[
     ("mformat", "mtools"),
     ("mmdebstrap", "mmdebstrap"),
     ("openssl", "openssl"),
+    ("strip", "binutils"),
     ("ostree", "ostree"),
     ("perl", "perl"),
     ("qemu-system-x86_64", "qemu-system-x86"),
@@ -119,6 +120,32 @@ pub fn die_with_parent(cmd: &mut Command) -> &mut Command {
             Ok(())
         })
     }
+}
+
+/// A binary of this workspace that imgbuild puts into images (`jitter`,
+/// `emberrtos-device`): `$<env_var>` when set, else the one built beside the
+/// running imgbuild (`cargo build --release --workspace`; a test binary in
+/// `deps/` looks one level up).
+pub fn find_companion(name: &str, env_var: &str) -> Result<PathBuf> {
+    if let Some(path) = std::env::var_os(env_var) {
+        let path = PathBuf::from(path);
+        if path.is_file() {
+            return Ok(path);
+        }
+        bail!("${env_var} points to {}, which does not exist", path.display());
+    }
+    let exe = std::env::current_exe().context("locating the imgbuild executable")?;
+    let candidates: Vec<PathBuf> = exe
+        .parent()
+        .into_iter()
+        .flat_map(|dir| [dir.join(name), dir.join("..").join(name)])
+        .collect();
+    candidates.into_iter().find(|p| p.is_file()).with_context(|| {
+        format!(
+            "no {name} binary beside {}; build it with `cargo build --release --workspace` or set ${env_var}",
+            exe.display()
+        )
+    })
 }
 
 /// Whether imgbuild runs with root privileges (owners can be kept as is).

@@ -129,6 +129,7 @@ fn compose_on_a_hostile_base_never_touches_the_host() {
             kargs: &["quiet".to_string()],
             info: &info,
             busybox: Path::new("/bin/busybox"),
+            device_tool: Path::new(env!("CARGO_BIN_EXE_emberrtos-device")),
             epoch: 1_764_460_800,
         },
         &stage,

@@ -19,6 +19,7 @@ pub fn composed(dir: &Path) -> imgbuild::stages::rootfs::RootfsOutput {
     let kernel = debian_kernel_files("rt", dir);
     let overlays = [
         repo_root().join("overlays/base"),
+        repo_root().join("overlays/device"),
         repo_root().join("overlays/rt-tuning"),
     ];
     let kargs = vec![
@@ -41,6 +42,7 @@ pub fn composed(dir: &Path) -> imgbuild::stages::rootfs::RootfsOutput {
             kargs: &kargs,
             info: &info,
             busybox: Path::new("/bin/busybox"),
+            device_tool: Path::new(env!("CARGO_BIN_EXE_emberrtos-device")),
             epoch: 1_764_460_800,
         },
         &stage,
@@ -168,6 +170,29 @@ fn composed_tree_has_the_exact_ostree_layout() {
         serde_json::from_str(&std::fs::read_to_string(tree.join("usr/lib/imgbuild/build.json")).unwrap())
             .unwrap();
     assert_eq!(info["flavor"], "rt");
+    // The device tool and its update name; the first-boot unit, enabled.
+    let device_tool = tree.join("usr/libexec/emberrtos/emberrtos-device");
+    // Without its debug info, but the same program: it runs and names itself.
+    let built = std::fs::metadata(env!("CARGO_BIN_EXE_emberrtos-device"))
+        .unwrap()
+        .len();
+    assert!(std::fs::metadata(&device_tool).unwrap().len() < built);
+    let version = std::process::Command::new(&device_tool)
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&version.stdout).starts_with("emberrtos-device "));
+    assert_eq!(std::fs::metadata(&device_tool).unwrap().mode() & 0o777, 0o755);
+    assert_eq!(
+        kind(&tree.join("usr/bin/emberrtos-update")),
+        "-> /usr/libexec/emberrtos/emberrtos-device"
+    );
+    assert_eq!(
+        kind(&tree.join("usr/lib/systemd/system/multi-user.target.wants/emberrtos-provision.service")),
+        "-> ../emberrtos-provision.service"
+    );
+    // grub-mkconfig on the device runs only 00_header and ostree's 15_ostree.
+    assert_eq!(kind(&tree.join("usr/etc/grub.d/10_linux")), "-> /dev/null");
     // No stray kernel anywhere else, no device nodes.
     assert_eq!(std::fs::read_dir(tree.join("boot")).unwrap().count(), 0);
     assert!(out.size_bytes > 1_000_000);
@@ -322,4 +347,37 @@ fn rt_tune_on_hardware_without_knobs_still_exits_0() {
         .unwrap();
     assert!(status.success());
     let _: PathBuf = script;
+}
+
+/// grub-mkconfig on the device runs every executable in /etc/grub.d. The
+/// device overlay masks each generator Debian's grub-common ships (a link to
+/// /dev/null, not executable) except 00_header, and leaves ostree's
+/// 15_ostree alone: the menu holds the deployments and nothing else. Checked
+/// against this (Debian) host's /etc/grub.d, the same packages.
+#[test]
+fn device_overlay_leaves_grub_only_the_header_and_ostree() {
+    let host = Path::new("/etc/grub.d");
+    if !host.is_dir() {
+        eprintln!("SKIPPED: no /etc/grub.d on this host (apt-get install grub-common ostree-boot)");
+        return;
+    }
+    let masks = repo_root().join("overlays/device/etc/grub.d");
+    for entry in std::fs::read_dir(host).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        let executable = std::fs::metadata(host.join(&name)).is_ok_and(|m| m.mode() & 0o111 != 0);
+        let mask = masks.join(&name);
+        match name.as_str() {
+            "00_header" | "15_ostree" => assert!(!mask.exists() && !mask.is_symlink(), "{name} must run"),
+            _ if executable => assert_eq!(
+                std::fs::read_link(&mask).ok(),
+                Some(PathBuf::from("/dev/null")),
+                "/etc/grub.d/{name} would add boot entries: mask it in overlays/device/etc/grub.d"
+            ),
+            _ => {}
+        }
+    }
+    let default = std::fs::read_to_string(repo_root().join("overlays/device/etc/default/grub")).unwrap();
+    for setting in ["GRUB_TIMEOUT=1", "GRUB_DEFAULT=0", "GRUB_DISABLE_OS_PROBER=true"] {
+        assert!(default.lines().any(|l| l == setting), "{setting}");
+    }
 }

@@ -126,8 +126,36 @@ impl ImageRoot {
             .with_context(|| format!("copying {}", host_file.display()))
     }
 
+    /// Writes a whole file that must not exist yet: a synced temp file
+    /// beside it, then a rename that fails if `rel` appeared meanwhile. A
+    /// record written once (a first-boot outcome) is never replaced.
+    pub fn write_new(&self, rel: &Path, data: &[u8], mode: u32) -> Result<()> {
+        let (parent, name) = self.parent_of(rel)?;
+        let temp = self.write_temp(&parent, &mut &data[..], mode, rel, true)?;
+        self.root
+            .rename(&temp, parent.join(name), RenameFlags::RENAME_NOREPLACE)
+            .inspect_err(|_| {
+                let _ = self.root.remove_file(&temp);
+            })
+            .with_context(|| self.err("creating (it must not exist yet)", rel))
+    }
+
     fn write_from(&self, rel: &Path, source: &mut dyn Read, mode: u32) -> Result<()> {
         let (parent, name) = self.parent_of(rel)?;
+        let temp = self.write_temp(&parent, source, mode, rel, false)?;
+        self.rename(&temp, &parent.join(name))
+    }
+
+    /// A new file in `parent` holding `source` (synced to disk when `sync`);
+    /// returns its path.
+    fn write_temp(
+        &self,
+        parent: &Path,
+        source: &mut dyn Read,
+        mode: u32,
+        rel: &Path,
+        sync: bool,
+    ) -> Result<PathBuf> {
         let temp = parent.join(format!(".imgbuild-{}-{}", std::process::id(), unique()));
         let flags = OpenFlags::O_WRONLY | OpenFlags::O_EXCL | OpenFlags::O_CLOEXEC;
         let mut file = self
@@ -137,12 +165,13 @@ impl ImageRoot {
         let written = std::io::copy(source, &mut file)
             .map_err(anyhow::Error::from)
             .and_then(|_| Ok(file.set_permissions(Permissions::from_mode(mode))?))
-            .and_then(|_| Ok(file.flush()?));
+            .and_then(|_| Ok(file.flush()?))
+            .and_then(|_| if sync { Ok(file.sync_all()?) } else { Ok(()) });
         if let Err(e) = written {
             let _ = self.root.remove_file(&temp);
             return Err(e.context(self.err("writing", rel)));
         }
-        self.rename(&temp, &parent.join(name))
+        Ok(temp)
     }
 
     /// Creates (replacing whatever is there) a symlink at `rel` pointing to `target`.
@@ -264,6 +293,48 @@ impl ImageRoot {
         let real = self.real_dir_or_file(rel)?;
         let top = std::fs::canonicalize(&self.path)?;
         Ok(real.strip_prefix(&top).expect("checked inside").to_path_buf())
+    }
+
+    /// The tree-relative path `rel` names once the symlinks along it are
+    /// followed, the way the target will see it (absolute links re-rooted,
+    /// `..` stopped at the root), as far as it exists; the missing rest is
+    /// appended as given. For a path that crosses a link into a directory
+    /// not created yet (`/root` -> `var/roothome` on a fresh deployment).
+    pub fn resolved_partial(&self, rel: &Path) -> Result<PathBuf> {
+        const MAX_LINKS: usize = 40;
+        let mut done = PathBuf::new();
+        let mut todo: std::collections::VecDeque<std::ffi::OsString> =
+            relative(rel).iter().map(ToOwned::to_owned).collect();
+        let mut links = 0;
+        while let Some(part) = todo.pop_front() {
+            if part == ".." {
+                done.pop();
+                continue;
+            }
+            let candidate = done.join(&part);
+            let is_link = self
+                .symlink_metadata(&candidate)?
+                .is_some_and(|m| m.file_type().is_symlink());
+            if !is_link {
+                done = candidate;
+                continue;
+            }
+            links += 1;
+            if links > MAX_LINKS {
+                bail!(
+                    "{}: too many levels of symbolic links",
+                    self.err("resolving", rel)
+                );
+            }
+            let target = self.read_link(&candidate)?;
+            if target.is_absolute() {
+                done = PathBuf::new();
+            }
+            for component in relative(&target).iter().rev() {
+                todo.push_front(component.to_owned());
+            }
+        }
+        Ok(done)
     }
 
     /// Sets the owner and, unless it is a symlink, the mode of `rel` itself.
@@ -523,6 +594,42 @@ mod tests {
                 d.starts_with(std::fs::canonicalize(tree.path()).unwrap())
             }
         );
+    }
+
+    #[test]
+    fn write_new_never_replaces() {
+        let (host, tree, root) = hostile();
+        root.write_new(Path::new("var/lib/record.json"), b"first\n", 0o644)
+            .unwrap();
+        let err = root
+            .write_new(Path::new("var/lib/record.json"), b"second\n", 0o644)
+            .unwrap_err();
+        assert!(format!("{err:#}").contains("must not exist yet"), "{err:#}");
+        let record = tree.path().join("var/lib/record.json");
+        assert_eq!(std::fs::read_to_string(&record).unwrap(), "first\n");
+        // No temp file is left beside it, and a link there is not written through.
+        assert_eq!(std::fs::read_dir(record.parent().unwrap()).unwrap().count(), 1);
+        assert!(root.write_new(Path::new("file-link"), b"x", 0o644).is_err());
+        host_untouched(host.path());
+    }
+
+    #[test]
+    fn partial_resolution_follows_links_inside_the_tree() {
+        let (host, tree, root) = hostile();
+        symlink("var/roothome", tree.path().join("root")).unwrap();
+        std::fs::create_dir(tree.path().join("var")).unwrap();
+        symlink("/etc", tree.path().join("var/etc-link")).unwrap();
+        let resolved = |p: &str| root.resolved_partial(Path::new(p)).unwrap();
+        assert_eq!(resolved("/root/.ssh"), PathBuf::from("var/roothome/.ssh"));
+        assert_eq!(resolved("/var/etc-link/x"), PathBuf::from("etc/x"));
+        assert_eq!(
+            resolved("/abs/x"),
+            host.path().strip_prefix("/").unwrap().join("x")
+        );
+        assert_eq!(resolved("/up/etc"), PathBuf::from("etc"));
+        assert_eq!(resolved("/../../a/./b"), PathBuf::from("a/b"));
+        symlink("loop", tree.path().join("loop")).unwrap();
+        assert!(root.resolved_partial(Path::new("loop/x")).is_err());
     }
 
     #[test]

@@ -87,6 +87,31 @@ pub fn evidence_of(info: &ostree::CommitInfo) -> Result<Evidence> {
         .with_context(|| format!("parsing {} of commit {}", key::RT_EVIDENCE, info.checksum))
 }
 
+/// The commit's kernel arguments (`imgbuild.kargs`), each checked like a
+/// recipe's (one word, safe in `grub.cfg`); none when the key is absent.
+/// What a device deploys with is read from here, so a commit written by
+/// anyone cannot smuggle a second boot entry or a shell word into the menu.
+pub fn kargs_of(info: &ostree::CommitInfo) -> Result<Vec<String>> {
+    let Some(value) = info.metadata.get(key::KARGS) else {
+        return Ok(Vec::new());
+    };
+    let checksum = &info.checksum;
+    let list = value
+        .as_array()
+        .with_context(|| format!("commit {checksum}: {} is not a list of strings", key::KARGS))?;
+    list.iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let karg = item
+                .as_str()
+                .with_context(|| format!("commit {checksum}: {}[{i}] is not a string", key::KARGS))?;
+            crate::recipe::syntax::kernel_argument(karg)
+                .map_err(|e| anyhow::anyhow!("commit {checksum}: {}[{i}]: {e}", key::KARGS))?;
+            Ok(karg.to_string())
+        })
+        .collect()
+}
+
 /// Detached metadata key of the boot evidence, added at tag time.
 pub const BOOT_EVIDENCE: &str = "imgbuild.rt.boot.evidence";
 

@@ -215,28 +215,7 @@ pub fn pin_efi_serial(iso: &mut [u8], serial: u32) -> Result<bool> {
 /// The `jitter` binary to put in the image: `$IMGBUILD_JITTER`, else the one
 /// built beside this imgbuild (`cargo build --release --workspace`).
 pub fn find_jitter() -> Result<PathBuf> {
-    if let Some(path) = std::env::var_os("IMGBUILD_JITTER") {
-        let path = PathBuf::from(path);
-        if path.is_file() {
-            return Ok(path);
-        }
-        bail!(
-            "$IMGBUILD_JITTER points to {}, which does not exist",
-            path.display()
-        );
-    }
-    let exe = std::env::current_exe().context("locating the imgbuild executable")?;
-    let candidates: Vec<PathBuf> = exe
-        .parent()
-        .into_iter()
-        .flat_map(|dir| [dir.join("jitter"), dir.join("../jitter")])
-        .collect();
-    candidates.into_iter().find(|p| p.is_file()).with_context(|| {
-        format!(
-            "no jitter binary beside {}; build it with `cargo build --release --workspace` or set $IMGBUILD_JITTER",
-            exe.display()
-        )
-    })
+    tool::find_companion("jitter", "IMGBUILD_JITTER")
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

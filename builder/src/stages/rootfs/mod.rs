@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
+use crate::device;
 use crate::io::extract::{ExtractOptions, extract_tarball};
 use crate::io::initramfs;
 use crate::io::root::ImageRoot;
@@ -51,6 +52,8 @@ pub struct ComposeInputs<'a> {
     pub info: &'a BuildInfo,
     /// A statically linked busybox for the boot initramfs.
     pub busybox: &'a Path,
+    /// The `emberrtos-device` binary ([`find_device_tool`]).
+    pub device_tool: &'a Path,
     pub epoch: u64,
 }
 
@@ -121,6 +124,31 @@ fn install_kernel_and_initramfs(root: &ImageRoot, inputs: &ComposeInputs, ui: &U
     Ok(sha256)
 }
 
+/// The `emberrtos-device` binary to ship in the OS: `$IMGBUILD_DEVICE_TOOL`,
+/// else the one built beside this imgbuild.
+pub fn find_device_tool() -> Result<PathBuf> {
+    tool::find_companion("emberrtos-device", "IMGBUILD_DEVICE_TOOL")
+}
+
+/// Installs `emberrtos-device` and its `emberrtos-update` name. The debug
+/// info of a release build (line tables, most of its 60+ MiB) stays on the
+/// build host: the image gets the binary with its symbols only (about 4 MiB).
+fn install_device_tool(root: &ImageRoot, binary: &Path) -> Result<()> {
+    let stripped = tempfile::NamedTempFile::new()?;
+    tool::run(
+        tool::command("strip")?
+            .arg("--strip-debug")
+            .arg("-o")
+            .arg(stripped.path())
+            .arg(binary),
+    )
+    .context("stripping the debug info of emberrtos-device")?;
+    root.copy_in(stripped.path(), Path::new(device::INSTALL_PATH), 0o755)
+        .context("installing emberrtos-device")?;
+    let target = Path::new("/").join(device::INSTALL_PATH);
+    root.symlink(Path::new(device::UPDATE_LINK), &target)
+}
+
 /// The kernel arguments and build facts tools on the device read.
 fn write_build_facts(root: &ImageRoot, inputs: &ComposeInputs) -> Result<()> {
     let kargs: String = inputs.kargs.iter().map(|k| format!("{k}\n")).collect();
@@ -173,6 +201,7 @@ pub fn compose(inputs: &ComposeInputs, stage_dir: &Path, ui: &Ui) -> Result<Root
             applied.symlinks
         ));
     }
+    install_device_tool(&root, inputs.device_tool)?;
     write_build_facts(&root, inputs)?;
     let layout = layout::convert(&root).context("converting to the ostree layout")?;
     secrets::refuse_private_keys(&root)?;

@@ -1,0 +1,134 @@
+//! `emberrtos-update status`: the deployments, default first, each with its
+//! role (booted, pending, rollback), origin, version and flavor.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Result;
+use serde::Serialize;
+
+use super::deploy;
+use super::system::{Access, System};
+use crate::ostree as ost;
+use crate::recipe::Flavor;
+use crate::stages::commit::key;
+use crate::stages::verify::flavor_of_ref;
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct DeploymentStatus {
+    pub index: usize,
+    pub osname: String,
+    pub checksum: String,
+    pub serial: i32,
+    /// `booted`, `pending` (the default, booted at the next boot), `rollback`
+    /// (booted if the default is rolled back) or empty.
+    pub role: String,
+    pub default: bool,
+    pub origin: Option<String>,
+    pub version: Option<String>,
+    /// The flavor of the ref it tracks (policy, from the ref's name).
+    pub flavor: Option<Flavor>,
+    pub kernel: Option<String>,
+}
+
+/// The role of deployment `index` given where the current (booted) one is.
+pub fn role(index: usize, current: Option<usize>, live: bool) -> &'static str {
+    match current {
+        Some(c) if index == c => match live {
+            true => "booted",
+            false => "current",
+        },
+        Some(c) if index == 0 && c > 0 => "pending",
+        Some(c) if index == c + 1 => "rollback",
+        _ => "",
+    }
+}
+
+pub fn collect(system: &System) -> Vec<DeploymentStatus> {
+    let repo = system.repo();
+    let deployments = system.sysroot.deployments();
+    let current = deployments.iter().position(|d| d.equal(&system.current));
+    deployments
+        .iter()
+        .enumerate()
+        .map(|(index, d)| {
+            let checksum = d.csum().to_string();
+            let info = ost::read_commit(&repo, &checksum).ok();
+            let meta = |k: &str| {
+                info.as_ref()
+                    .and_then(|i| i.metadata.get(k))
+                    .and_then(|v| v.as_str())
+                    .map(str::to_string)
+            };
+            let origin = deploy::origin_refspec(d).ok();
+            DeploymentStatus {
+                index,
+                osname: d.osname().to_string(),
+                serial: d.deployserial(),
+                role: role(index, current, system.live).to_string(),
+                default: index == 0,
+                flavor: origin.as_deref().map(flavor_of_ref),
+                origin,
+                version: meta(key::VERSION),
+                kernel: meta(key::KERNEL_RELEASE),
+                checksum,
+            }
+        })
+        .collect()
+}
+
+pub fn render(statuses: &[DeploymentStatus]) -> String {
+    let mut out = String::new();
+    for s in statuses {
+        let marker = if s.default { "*" } else { " " };
+        let role = if s.role.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", s.role)
+        };
+        let _ = writeln!(out, "{marker} {} {}.{}{role}", s.osname, s.checksum, s.serial);
+        let or_dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+        let _ = writeln!(out, "    origin:  {}", or_dash(&s.origin));
+        let _ = writeln!(
+            out,
+            "    version: {}  flavor: {}  kernel: {}",
+            or_dash(&s.version),
+            s.flavor.map_or("-".into(), |f| f.to_string()),
+            or_dash(&s.kernel)
+        );
+    }
+    out
+}
+
+pub fn run(sysroot: &Path, json: bool) -> Result<u8> {
+    let system = System::open(sysroot, Access::Read)?;
+    let statuses = collect(&system);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&statuses)?);
+    } else {
+        print!("{}", render(&statuses));
+    }
+    Ok(crate::error::exit::OK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roles_follow_the_booted_deployment() {
+        // Booted is the default: the next one is the rollback.
+        assert_eq!(
+            (0..3).map(|i| role(i, Some(0), true)).collect::<Vec<_>>(),
+            ["booted", "rollback", ""]
+        );
+        // An update is pending: the default boots next, the booted one stays.
+        assert_eq!(
+            (0..3).map(|i| role(i, Some(1), true)).collect::<Vec<_>>(),
+            ["pending", "booted", "rollback"]
+        );
+        assert_eq!(role(0, Some(0), false), "current");
+        assert_eq!(role(0, None, true), "");
+    }
+}

@@ -1,0 +1,66 @@
+//! `emberrtos-update upgrade`: pulls the ref the booted deployment tracks
+//! from its remote (GPG verified; a static delta when the remote has one),
+//! refuses (exit 3) a commit older than the booted one or, on an `rt` ref,
+//! one that fails the RT gate on this device, then deploys it as the default
+//! with recomputed kernel arguments and reboots unless told not to.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+use super::deploy::{self, refspec_for};
+use super::system::{Access, System};
+use crate::error::{Refused, exit};
+use crate::ostree as ost;
+use crate::stages::verify::gate_commit_as;
+
+pub fn run(sysroot: &Path, no_reboot: bool) -> Result<u8> {
+    let system = System::open(sysroot, Access::Write)?;
+    let refspec = deploy::origin_refspec(&system.current)?;
+    let (remote, ref_name) = deploy::split_refspec(&refspec)?;
+    let remote = remote.with_context(|| {
+        format!("the deployment tracks the local ref {ref_name}: there is no remote to upgrade from")
+    })?;
+    let repo = system.repo();
+    let pulled = ost::pull_ref(&repo, &remote, &ref_name)?;
+    println!(
+        "pulled {refspec}: commit {}, {} bytes transferred ({}; static delta parts {}/{}, objects {})",
+        pulled.checksum,
+        pulled.bytes_transferred,
+        pulled.status,
+        pulled.delta_parts_fetched,
+        pulled.delta_parts_total,
+        pulled.objects_fetched
+    );
+    let current = system.current.csum().to_string();
+    if pulled.checksum == current {
+        println!("already up to date: the deployment runs {current}");
+        return Ok(exit::OK);
+    }
+    if let Some(default) = system.sysroot.deployments().first()
+        && default.csum().as_str() == pulled.checksum
+        && !default.equal(&system.current)
+    {
+        println!("{} is already deployed and boots next", pulled.checksum);
+        return Ok(exit::OK);
+    }
+    ostree::SysrootUpgrader::check_timestamps(&repo, &current, &pulled.checksum).map_err(|e| Refused {
+        stage: "update".into(),
+        summary: format!(
+            "{} is not newer than the deployed {current}; not deployed",
+            pulled.checksum
+        ),
+        reasons: vec![e.to_string()],
+    })?;
+    gate_commit_as(&repo, &ref_name, &pulled.checksum, "update", "not deployed")?;
+    deploy::deploy_commit(&system, &pulled.checksum, &refspec_for(Some(&remote), &ref_name))?;
+    println!(
+        "deployed {} as the default; {current} is kept for `emberrtos-update rollback`",
+        pulled.checksum
+    );
+    if system.live && !no_reboot {
+        println!("rebooting into the new deployment");
+        deploy::reboot()?;
+    }
+    Ok(exit::OK)
+}
