@@ -635,3 +635,48 @@ fn standard_provisioning_and_bad_media() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("no configuration medium"));
     assert!(!none.var().join("lib/emberrtos/provision.json").exists());
 }
+
+/// A disk built with an update remote stores the RT ref as the remote's
+/// (`emberrtos:REF`): provisioning uses that embedded commit, offline,
+/// instead of pulling from a remote that does not answer.
+#[test]
+fn rt_provisioning_uses_the_commit_embedded_under_the_remote_name() {
+    if skipped() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    commit_build(&repo, STD_REF, &standard("1"), None);
+    let rt_commit = commit_build(&repo, RT_REF, &rt("1", 1), None);
+    let device = Device::new(&repo, &[STD_REF]);
+    let device_repo = format!("--repo={}", device.sysroot.join("ostree/repo").display());
+    run(&mut ostree(&[
+        "pull-local",
+        &device_repo,
+        repo.to_str().unwrap(),
+        &rt_commit,
+    ]));
+    run(&mut ostree(&[
+        "refs",
+        &device_repo,
+        &format!("--create=emberrtos:{RT_REF}"),
+        &rt_commit,
+    ]));
+    // Nothing listens on port 9 of loopback: a pull would fail.
+    run(&mut ostree(&[
+        "remote",
+        "add",
+        &device_repo,
+        "--set=gpg-verify=true",
+        "emberrtos",
+        "http://127.0.0.1:9/",
+    ]));
+    device.write_medium("rt", None);
+
+    let out = device.provision();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let record = device.record();
+    assert_eq!(record["status"], "provisioned", "{record}");
+    assert_eq!(record["commit"], rt_commit.as_str());
+    assert_eq!(device.checksums()[0], rt_commit);
+}

@@ -283,13 +283,18 @@ fn resolve_rt(
     remote: Option<&str>,
     live: bool,
 ) -> Result<(String, bool), String> {
-    match ost::resolve(repo, rt_ref) {
-        Ok(Some(checksum)) => {
-            println!("{rt_ref}: commit {checksum} in the device's repo");
-            return Ok((checksum, false));
+    // Embedded by `imgbuild disk`: a local ref, or the remote's ref when the
+    // disk was built with an update remote.
+    let embedded = std::iter::once(rt_ref.to_string()).chain(remote.map(|r| format!("{r}:{rt_ref}")));
+    for refspec in embedded {
+        match ost::resolve(repo, &refspec) {
+            Ok(Some(checksum)) => {
+                println!("{refspec}: commit {checksum} in the device's repo");
+                return Ok((checksum, false));
+            }
+            Ok(None) => {}
+            Err(e) => return Err(format!("resolve: {refspec} in the device's repo: {e:#}")),
         }
-        Ok(None) => {}
-        Err(e) => return Err(format!("resolve: {rt_ref} in the device's repo: {e:#}")),
     }
     let Some(remote) = remote else {
         return Err(format!(
