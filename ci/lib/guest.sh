@@ -41,9 +41,12 @@ vm_kill() {
     fi
 }
 
+# guest COMMAND: runs COMMAND in the guest. A connection whose guest went
+# away (a reboot) ends after 20 s of silence, not never.
 guest() {
     ssh -i "$key" -p "$vm_port" -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null \
-        -o BatchMode=yes -o ConnectTimeout=5 -o LogLevel=ERROR root@127.0.0.1 "$@"
+        -o BatchMode=yes -o ConnectTimeout=5 -o ServerAliveInterval=5 -o ServerAliveCountMax=4 \
+        -o LogLevel=ERROR root@127.0.0.1 "$@"
 }
 
 # wait_ssh SECONDS: until the guest answers over SSH; prints the seconds
