@@ -47,6 +47,7 @@ pub fn run(sysroot: &Path, no_reboot: bool) -> Result<u8> {
         .sysroot
         .write_deployments(&reordered, gio::Cancellable::NONE)
         .context("writing the reordered deployments")?;
+    deploy::flush_boot(&system)?;
     let target = &reordered[0];
     println!(
         "rolled back: {} ({}) is the default{}",
