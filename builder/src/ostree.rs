@@ -219,6 +219,111 @@ pub fn set_ref(repo: &ostree::Repo, ref_name: &str, checksum: &str) -> Result<()
         .with_context(|| format!("setting ref {ref_name} to {checksum}"))
 }
 
+/// Configures remote `name` of `repo` at `url` with GPG verification of
+/// commits and of the summary on. With `gpg_key` (an OpenPGP public key),
+/// the remote is made afresh and trusts that key alone; without one the URL
+/// is replaced and the keys it already trusts are kept. libostree decides
+/// where the remote lives (`/etc/ostree/remotes.d` on a booted system).
+pub fn configure_remote(repo: &ostree::Repo, name: &str, url: &str, gpg_key: Option<&[u8]>) -> Result<()> {
+    let options = glib::VariantDict::new(None);
+    options.insert_value("gpg-verify", &true.to_variant());
+    options.insert_value("gpg-verify-summary", &true.to_variant());
+    let options = options.end();
+    let change = |op: ostree::RepoRemoteChange, url: Option<&str>, options: Option<&glib::Variant>| {
+        repo.remote_change(gio::File::NONE, op, name, url, options, gio::Cancellable::NONE)
+            .with_context(|| format!("configuring ostree remote {name}"))
+    };
+    let Some(key) = gpg_key else {
+        return change(ostree::RepoRemoteChange::Replace, Some(url), Some(&options));
+    };
+    gpg_public_key(key).map_err(anyhow::Error::msg)?;
+    change(ostree::RepoRemoteChange::DeleteIfExists, None, None)?;
+    change(ostree::RepoRemoteChange::Add, Some(url), Some(&options))?;
+    let imported = import_every_key(repo, name, key)
+        .with_context(|| format!("importing the GPG key of remote {name}"))?;
+    if imported == 0 {
+        bail!("the GPG key file of remote {name} holds no key libostree could import");
+    }
+    Ok(())
+}
+
+/// `ostree_repo_remote_gpg_import` of every key in `key`. The binding's
+/// `key_ids: &[&str]` cannot pass NULL ("all keys"), and an empty list
+/// imports none, so the call is made directly.
+fn import_every_key(repo: &ostree::Repo, name: &str, key: &[u8]) -> Result<u32, glib::Error> {
+    use glib::translate::{FromGlibPtrFull, ToGlibPtr};
+    let stream = gio::MemoryInputStream::from_bytes(&glib::Bytes::from(key));
+    let stream: &gio::InputStream = stream.upcast_ref();
+    let repo_ptr: *mut ostree::ffi::OstreeRepo = repo.to_glib_none().0;
+    let name_c = name.to_glib_none();
+    let stream_ptr: *mut gio::ffi::GInputStream = stream.to_glib_none().0;
+    let mut imported = 0;
+    let mut error = std::ptr::null_mut();
+    // SAFETY: every pointer comes from a live object or stash held for the
+    // call; NULL key ids and cancellable are allowed by the API.
+    unsafe {
+        ostree::ffi::ostree_repo_remote_gpg_import(
+            repo_ptr,
+            name_c.0,
+            stream_ptr,
+            std::ptr::null(),
+            &mut imported,
+            std::ptr::null_mut(),
+            &mut error,
+        );
+        if error.is_null() {
+            Ok(imported)
+        } else {
+            Err(glib::Error::from_glib_full(error))
+        }
+    }
+}
+
+/// What a pull transferred, from libostree's progress accounting.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct PullReport {
+    /// The commit the ref points to after the pull.
+    pub checksum: String,
+    pub bytes_transferred: u64,
+    /// Objects fetched one by one (metadata and content).
+    pub objects_fetched: u32,
+    /// Static delta parts fetched, of those the delta has.
+    pub delta_parts_fetched: u32,
+    pub delta_parts_total: u32,
+    /// libostree's own summary line.
+    pub status: String,
+}
+
+/// Pulls `ref_name` from `remote` (static deltas used when the remote has
+/// one) and returns what it cost. Refuses a remote that does not verify
+/// GPG signatures: libostree then checks every commit it fetches.
+pub fn pull_ref(repo: &ostree::Repo, remote: &str, ref_name: &str) -> Result<PullReport> {
+    let verifies = repo
+        .remote_get_gpg_verify(remote)
+        .with_context(|| format!("reading the configuration of remote {remote}"))?;
+    if !verifies {
+        bail!("remote {remote} does not verify GPG signatures (gpg-verify=false); nothing is pulled from it");
+    }
+    let options = glib::VariantDict::new(None);
+    options.insert_value("refs", &vec![ref_name.to_string()].to_variant());
+    let progress = ostree::AsyncProgress::new();
+    repo.pull_with_options(remote, &options.end(), Some(&progress), gio::Cancellable::NONE)
+        .with_context(|| format!("pulling {ref_name} from remote {remote}"))?;
+    progress.finish();
+    let refspec = format!("{remote}:{ref_name}");
+    let checksum =
+        resolve(repo, &refspec)?.with_context(|| format!("{refspec} is missing after the pull"))?;
+    Ok(PullReport {
+        checksum,
+        bytes_transferred: progress.uint64("bytes-transferred"),
+        objects_fetched: progress.uint("fetched"),
+        delta_parts_fetched: progress.uint("fetched-delta-parts"),
+        delta_parts_total: progress.uint("total-delta-parts"),
+        status: progress.status().map(|s| s.to_string()).unwrap_or_default(),
+    })
+}
+
 /// Whether the commit's detached metadata holds a signature by `key_id`
 /// (a fingerprint or key ID, matched on its trailing hex digits). libostree
 /// reads the signatures; the issuer is known even without the public key.
@@ -459,111 +564,6 @@ pub fn read_commit(repo: &ostree::Repo, rev: &str) -> Result<CommitInfo> {
         metadata: dict_to_json(&commit.child_value(0)),
         detached_metadata: detached.as_ref().map(dict_to_json).unwrap_or_default(),
         checksum,
-    })
-}
-
-/// Configures remote `name` of `repo` at `url` with GPG verification of
-/// commits and of the summary on. With `gpg_key` (an OpenPGP public key),
-/// the remote is made afresh and trusts that key alone; without one the URL
-/// is replaced and the keys it already trusts are kept. libostree decides
-/// where the remote lives (`/etc/ostree/remotes.d` on a booted system).
-pub fn configure_remote(repo: &ostree::Repo, name: &str, url: &str, gpg_key: Option<&[u8]>) -> Result<()> {
-    let options = glib::VariantDict::new(None);
-    options.insert_value("gpg-verify", &true.to_variant());
-    options.insert_value("gpg-verify-summary", &true.to_variant());
-    let options = options.end();
-    let change = |op: ostree::RepoRemoteChange, url: Option<&str>, options: Option<&glib::Variant>| {
-        repo.remote_change(gio::File::NONE, op, name, url, options, gio::Cancellable::NONE)
-            .with_context(|| format!("configuring ostree remote {name}"))
-    };
-    let Some(key) = gpg_key else {
-        return change(ostree::RepoRemoteChange::Replace, Some(url), Some(&options));
-    };
-    gpg_public_key(key).map_err(anyhow::Error::msg)?;
-    change(ostree::RepoRemoteChange::DeleteIfExists, None, None)?;
-    change(ostree::RepoRemoteChange::Add, Some(url), Some(&options))?;
-    let imported = import_every_key(repo, name, key)
-        .with_context(|| format!("importing the GPG key of remote {name}"))?;
-    if imported == 0 {
-        bail!("the GPG key file of remote {name} holds no key libostree could import");
-    }
-    Ok(())
-}
-
-/// `ostree_repo_remote_gpg_import` of every key in `key`. The binding's
-/// `key_ids: &[&str]` cannot pass NULL ("all keys"), and an empty list
-/// imports none, so the call is made directly.
-fn import_every_key(repo: &ostree::Repo, name: &str, key: &[u8]) -> Result<u32, glib::Error> {
-    use glib::translate::{FromGlibPtrFull, ToGlibPtr};
-    let stream = gio::MemoryInputStream::from_bytes(&glib::Bytes::from(key));
-    let stream: &gio::InputStream = stream.upcast_ref();
-    let repo_ptr: *mut ostree::ffi::OstreeRepo = repo.to_glib_none().0;
-    let name_c = name.to_glib_none();
-    let stream_ptr: *mut gio::ffi::GInputStream = stream.to_glib_none().0;
-    let mut imported = 0;
-    let mut error = std::ptr::null_mut();
-    // SAFETY: every pointer comes from a live object or stash held for the
-    // call; NULL key ids and cancellable are allowed by the API.
-    unsafe {
-        ostree::ffi::ostree_repo_remote_gpg_import(
-            repo_ptr,
-            name_c.0,
-            stream_ptr,
-            std::ptr::null(),
-            &mut imported,
-            std::ptr::null_mut(),
-            &mut error,
-        );
-        if error.is_null() {
-            Ok(imported)
-        } else {
-            Err(glib::Error::from_glib_full(error))
-        }
-    }
-}
-
-/// What a pull transferred, from libostree's progress accounting.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct PullReport {
-    /// The commit the ref points to after the pull.
-    pub checksum: String,
-    pub bytes_transferred: u64,
-    /// Objects fetched one by one (metadata and content).
-    pub objects_fetched: u32,
-    /// Static delta parts fetched, of those the delta has.
-    pub delta_parts_fetched: u32,
-    pub delta_parts_total: u32,
-    /// libostree's own summary line.
-    pub status: String,
-}
-
-/// Pulls `ref_name` from `remote` (static deltas used when the remote has
-/// one) and returns what it cost. Refuses a remote that does not verify
-/// GPG signatures: libostree then checks every commit it fetches.
-pub fn pull_ref(repo: &ostree::Repo, remote: &str, ref_name: &str) -> Result<PullReport> {
-    let verifies = repo
-        .remote_get_gpg_verify(remote)
-        .with_context(|| format!("reading the configuration of remote {remote}"))?;
-    if !verifies {
-        bail!("remote {remote} does not verify GPG signatures (gpg-verify=false); nothing is pulled from it");
-    }
-    let options = glib::VariantDict::new(None);
-    options.insert_value("refs", &vec![ref_name.to_string()].to_variant());
-    let progress = ostree::AsyncProgress::new();
-    repo.pull_with_options(remote, &options.end(), Some(&progress), gio::Cancellable::NONE)
-        .with_context(|| format!("pulling {ref_name} from remote {remote}"))?;
-    progress.finish();
-    let refspec = format!("{remote}:{ref_name}");
-    let checksum =
-        resolve(repo, &refspec)?.with_context(|| format!("{refspec} is missing after the pull"))?;
-    Ok(PullReport {
-        checksum,
-        bytes_transferred: progress.uint64("bytes-transferred"),
-        objects_fetched: progress.uint("fetched"),
-        delta_parts_fetched: progress.uint("fetched-delta-parts"),
-        delta_parts_total: progress.uint("total-delta-parts"),
-        status: progress.status().map(|s| s.to_string()).unwrap_or_default(),
     })
 }
 

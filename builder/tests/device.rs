@@ -516,6 +516,8 @@ fn rt_provisioning_pulls_from_the_remote_then_updates_refuse_and_roll_back() {
     assert_eq!(device.checksums(), vec![v1.clone(), std_commit.clone()]);
     let status = device.status();
     assert_eq!(status[0]["origin"], format!("emberrtos:{RT_REF}"));
+    // The standard deployment tracked a local ref; now it tracks the remote.
+    assert_eq!(status[1]["origin"], format!("emberrtos:{STD_REF}"));
     let remote_conf = std::fs::read_to_string(device.sysroot.join("ostree/repo/config")).unwrap();
     assert!(remote_conf.contains("gpg-verify=true"), "{remote_conf}");
 

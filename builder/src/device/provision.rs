@@ -201,6 +201,24 @@ fn apply_identity(system: &System, medium: &Medium, provision: &Provision) -> Re
             None => "keys already trusted kept",
         }
     );
+    track_remote(system)
+}
+
+/// Makes the current deployment track its ref through [`REMOTE`] when it
+/// tracked a local ref only (a disk built without a remote), so that
+/// `emberrtos-update upgrade` pulls from the remote the medium configured.
+fn track_remote(system: &System) -> Result<()> {
+    let refspec = deploy::origin_refspec(&system.current)?;
+    let (None, ref_name) = deploy::split_refspec(&refspec)? else {
+        return Ok(());
+    };
+    let tracked = refspec_for(Some(REMOTE), &ref_name);
+    let origin = system.sysroot.origin_new_from_refspec(&tracked);
+    system
+        .sysroot
+        .write_origin_file(&system.current, Some(&origin), ostree::gio::Cancellable::NONE)
+        .with_context(|| format!("making the deployment track {tracked}"))?;
+    println!("the deployment now tracks {tracked}");
     Ok(())
 }
 

@@ -42,11 +42,18 @@ pub fn run(sysroot: &Path, no_reboot: bool) -> Result<u8> {
     let Some(order) = rollback_order(current, &same_os) else {
         bail!("there is no previous deployment to roll back to");
     };
-    let reordered: Vec<ostree::Deployment> = order.iter().map(|&i| deployments[i].clone()).collect();
+    // The same objects, moved: libostree finds the booted deployment in the
+    // new list by identity, and `Deployment::clone` makes a copy.
+    let mut slots: Vec<Option<ostree::Deployment>> = deployments.into_iter().map(Some).collect();
+    let reordered: Vec<ostree::Deployment> = order
+        .iter()
+        .map(|&i| slots[i].take().expect("each index once"))
+        .collect();
     system
         .sysroot
         .write_deployments(&reordered, gio::Cancellable::NONE)
         .context("writing the reordered deployments")?;
+    deploy::flush_boot(&system)?;
     let target = &reordered[0];
     println!(
         "rolled back: {} ({}) is the default{}",

@@ -25,6 +25,8 @@ pub enum Access {
 }
 
 pub struct System {
+    /// The sysroot's directory (`/` on the device).
+    pub path: PathBuf,
     pub sysroot: ostree::Sysroot,
     /// The running device (`--sysroot /`), as opposed to a scratch sysroot.
     pub live: bool,
@@ -77,6 +79,7 @@ impl System {
             }
         };
         Ok(System {
+            path: sysroot.to_path_buf(),
             sysroot: handle,
             live,
             root,
