@@ -229,20 +229,7 @@ pub struct DiskArgs {
 
 /// Parses the command line, runs it and maps the result to the exit code.
 pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { exit::USAGE } else { exit::OK });
-        }
-    };
-    match run(cli) {
-        Ok(code) => ExitCode::from(code),
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::from(exit_code(&e))
-        }
-    }
+    crate::error::finish(Cli::try_parse(), run)
 }
 
 fn print_json(value: &serde_json::Value) -> Result<()> {

@@ -70,6 +70,28 @@ pub fn exit_code(error: &anyhow::Error) -> u8 {
     }
 }
 
+/// The end of a command-line program: a parse error is printed with exit 2
+/// (help and version with 0), a run's error with the code [`exit_code`] maps.
+pub fn finish<C>(
+    parsed: Result<C, clap::Error>,
+    run: impl FnOnce(C) -> anyhow::Result<u8>,
+) -> std::process::ExitCode {
+    let cli = match parsed {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return std::process::ExitCode::from(if e.use_stderr() { exit::USAGE } else { exit::OK });
+        }
+    };
+    match run(cli) {
+        Ok(code) => std::process::ExitCode::from(code),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::from(exit_code(&e))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,7 +12,6 @@ use clap::{Args, Parser, Subcommand};
 
 use super::provision::{self, ProvisionOptions};
 use super::{UPDATE_NAME, rollback, status, upgrade};
-use crate::error::{exit, exit_code};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -107,20 +106,10 @@ pub fn effective_args(args: Vec<OsString>) -> Vec<OsString> {
 }
 
 pub fn main() -> ExitCode {
-    let cli = match DeviceCli::try_parse_from(effective_args(std::env::args_os().collect())) {
-        Ok(cli) => cli,
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { exit::USAGE } else { exit::OK });
-        }
-    };
-    match run(cli) {
-        Ok(code) => ExitCode::from(code),
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::from(exit_code(&e))
-        }
-    }
+    crate::error::finish(
+        DeviceCli::try_parse_from(effective_args(std::env::args_os().collect())),
+        run,
+    )
 }
 
 fn run(cli: DeviceCli) -> Result<u8> {
