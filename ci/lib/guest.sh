@@ -42,9 +42,10 @@ vm_kill() {
 }
 
 # guest COMMAND: runs COMMAND in the guest. A connection whose guest went
-# away (a reboot) ends after 20 s of silence, not never.
+# away (a reboot) ends after 20 s of silence, not never, and no command runs
+# longer than $guest_timeout (default 900 s).
 guest() {
-    ssh -i "$key" -p "$vm_port" -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null \
+    timeout "${guest_timeout:-900}" ssh -i "$key" -p "$vm_port" -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null \
         -o BatchMode=yes -o ConnectTimeout=5 -o ServerAliveInterval=5 -o ServerAliveCountMax=4 \
         -o LogLevel=ERROR root@127.0.0.1 "$@"
 }
@@ -67,7 +68,15 @@ wait_ssh() {
     ssh_seconds=$(( $(now) - vm_started ))
 }
 
-boot_id() { guest cat /proc/sys/kernel/random/boot_id; }
+# boot_id: the guest's boot id, or nothing within 15 s (a poll never stalls
+# on a connection the rebooting guest left half-open).
+boot_id() {
+    guest_timeout=15
+    guest cat /proc/sys/kernel/random/boot_id
+    boot_id_status=$?
+    guest_timeout=
+    return $boot_id_status
+}
 
 # reboot_guest SECONDS: reboots over SSH and waits for a new boot (a new
 # boot_id) to answer; the time it took is in reboot_seconds.
