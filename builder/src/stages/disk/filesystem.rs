@@ -219,17 +219,27 @@ pub fn convert_qcow2(raw: &Path, out: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Every entry under `dir` with its own metadata (links themselves, never
+/// their targets: walkdir does not follow links here).
+fn entries_with_metadata(
+    dir: &Path,
+) -> impl Iterator<Item = Result<(walkdir::DirEntry, std::fs::Metadata)>> + '_ {
+    walkdir::WalkDir::new(dir).into_iter().map(move |entry| {
+        let entry = entry.with_context(|| format!("walking {}", dir.display()))?;
+        let meta = entry
+            .metadata()
+            .with_context(|| format!("reading {}", entry.path().display()))?;
+        Ok((entry, meta))
+    })
+}
+
 /// Sets every timestamp newer than `epoch` under `dir` (links themselves,
 /// not their targets) to `epoch`, so `mkfs.ext4 -d` copies stable times.
 /// Older ones (ostree's objects carry 0) are kept.
 pub fn clamp_mtimes(dir: &Path, epoch: u64) -> Result<()> {
     let epoch = i64::try_from(epoch).context("the epoch does not fit a timestamp")?;
-    for entry in walkdir::WalkDir::new(dir) {
-        let entry = entry.with_context(|| format!("walking {}", dir.display()))?;
-        let meta = entry
-            .path()
-            .symlink_metadata()
-            .with_context(|| format!("reading {}", entry.path().display()))?;
+    for entry in entries_with_metadata(dir) {
+        let (entry, meta) = entry?;
         if meta.mtime() <= epoch && meta.atime() <= epoch {
             continue;
         }
@@ -318,12 +328,8 @@ pub fn set_immutable(dir: &Path, on: bool) -> Result<()> {
 pub fn usage(dir: &Path) -> Result<Usage> {
     let mut seen = std::collections::HashSet::new();
     let mut usage = Usage::default();
-    for entry in walkdir::WalkDir::new(dir) {
-        let entry = entry.with_context(|| format!("walking {}", dir.display()))?;
-        let meta = entry
-            .path()
-            .symlink_metadata()
-            .with_context(|| format!("reading {}", entry.path().display()))?;
+    for entry in entries_with_metadata(dir) {
+        let (_, meta) = entry?;
         if !seen.insert((meta.dev(), meta.ino())) {
             continue;
         }
