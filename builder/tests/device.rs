@@ -16,7 +16,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{GpgKey, Kernel, StaticServer};
+use common::{GpgKey, Kernel, StaticServer, ostree, run};
 use imgbuild::ostree::{self as ost, CommitRequest, MetaValue};
 use imgbuild::recipe::Flavor;
 use imgbuild::stages::commit::{self, CommitFacts};
@@ -43,23 +43,6 @@ fn skipped() -> bool {
     }
     eprintln!("SKIPPED: device tests need root (ostree admin deploy makes deployment roots immutable)");
     true
-}
-
-fn run(cmd: &mut Command) -> String {
-    let out = cmd.output().expect("running a command");
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn ostree(args: &[&str]) -> Command {
-    let mut cmd = Command::new("ostree");
-    cmd.args(args);
-    cmd
 }
 
 /// A deployable tree: `kernel`, `/usr/etc` with root's passwd entry and the

@@ -14,7 +14,7 @@ use assert_cmd::Command as TestCommand;
 use predicates::prelude::PredicateBooleanExt;
 use predicates::str::contains;
 
-use common::{GpgKey, Kernel, RELEASE};
+use common::{GpgKey, Kernel, RELEASE, run};
 use imgbuild::ostree as ost;
 use imgbuild::recipe::Flavor;
 use imgbuild::stages::commit::{self, CommitFacts};
@@ -239,16 +239,6 @@ macro_rules! require_image_tools {
 
 fn sha256(path: &Path) -> String {
     imgbuild::io::hashing::sha256_file(path, None).unwrap()
-}
-
-fn run(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// A partition's byte offset, from `sgdisk -i`.

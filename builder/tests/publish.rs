@@ -7,7 +7,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{GpgKey, StaticServer};
+use common::{GpgKey, StaticServer, ostree, run};
 use imgbuild::commands::publish::{LocalDir, Phase, PublishOptions, PublishReport, publish};
 use imgbuild::error::{exit, exit_code};
 use imgbuild::ostree as ost;
@@ -17,23 +17,6 @@ use imgbuild::stages::tag::{TagRequest, required_checks, tag};
 use imgbuild::ui::Ui;
 
 const REF: &str = "emberrtos/x86_64/rt";
-
-fn run(cmd: &mut Command) -> String {
-    let out = cmd.output().expect("running a command");
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn ostree(args: &[&str]) -> Command {
-    let mut cmd = Command::new("ostree");
-    cmd.args(args);
-    cmd
-}
 
 /// A tree `ostree admin deploy` accepts: a kernel, os-release, /usr/etc.
 /// Builds differ in one overlay file only: a 256 KiB calibration table in

@@ -4,6 +4,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -538,4 +539,23 @@ impl Kernel {
             .insert(0, imgbuild::stages::verify::config_check(42, true));
         evidence
     }
+}
+
+/// Runs `cmd`, asserts it succeeded (its output in the message) and returns its stdout.
+pub fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("running a command");
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The ostree CLI with `args`.
+pub fn ostree(args: &[&str]) -> Command {
+    let mut cmd = Command::new("ostree");
+    cmd.args(args);
+    cmd
 }
