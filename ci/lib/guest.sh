@@ -50,21 +50,32 @@ guest() {
         -o LogLevel=ERROR root@127.0.0.1 "$@"
 }
 
-# wait_ssh SECONDS: until the guest answers over SSH; prints the seconds
-# since vm_start in ssh_seconds.
-wait_ssh() {
-    deadline=$(( $(now) + $1 ))
-    until guest true 2>/dev/null; do
+# poll_guest SECONDS WHAT CHECK...: runs CHECK every 2 s until it succeeds;
+# fails, with the console's tail, when the VM ends or SECONDS pass first.
+poll_guest() {
+    limit=$1
+    what=$2
+    shift 2
+    deadline=$(( $(now) + limit ))
+    until "$@"; do
         if ! kill -0 "$vm_pid" 2>/dev/null; then
             cat "$vm_dir/vm.stderr" >&2
-            fail "the VM ended before SSH came up; console: $vm_dir/console.log"
+            fail "the VM ended before $what; console: $vm_dir/console.log"
         fi
         if [ "$(now)" -ge "$deadline" ]; then
             tail -n 40 "$vm_dir/console.log" >&2 || true
-            fail "no SSH within $1 s; console: $vm_dir/console.log"
+            fail "no $what within $limit s; console: $vm_dir/console.log"
         fi
         sleep 2
     done
+}
+
+ssh_answers() { guest true 2>/dev/null; }
+
+# wait_ssh SECONDS: until the guest answers over SSH; the seconds since
+# vm_start are in ssh_seconds.
+wait_ssh() {
+    poll_guest "$1" "SSH" ssh_answers
     ssh_seconds=$(( $(now) - vm_started ))
 }
 
@@ -78,23 +89,18 @@ boot_id() {
     return $boot_id_status
 }
 
+booted_again() {
+    new_boot=$(boot_id 2>/dev/null || true)
+    [ -n "$new_boot" ] && [ "$new_boot" != "$old_boot" ]
+}
+
 # reboot_guest SECONDS: reboots over SSH and waits for a new boot (a new
 # boot_id) to answer; the time it took is in reboot_seconds.
 reboot_guest() {
     old_boot=$(boot_id)
     t_reboot=$(now)
     guest 'systemctl reboot' 2>/dev/null || true
-    deadline=$(( t_reboot + $1 ))
-    while :; do
-        kill -0 "$vm_pid" 2>/dev/null || fail "the VM ended during the reboot; console: $vm_dir/console.log"
-        new_boot=$(boot_id 2>/dev/null || true)
-        [ -n "$new_boot" ] && [ "$new_boot" != "$old_boot" ] && break
-        if [ "$(now)" -ge "$deadline" ]; then
-            tail -n 40 "$vm_dir/console.log" >&2 || true
-            fail "no new boot within $1 s; console: $vm_dir/console.log"
-        fi
-        sleep 2
-    done
+    poll_guest "$1" "new boot" booted_again
     reboot_seconds=$(( $(now) - t_reboot ))
 }
 
