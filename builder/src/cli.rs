@@ -189,6 +189,10 @@ pub struct VmArgs {
     /// the host or beyond is reachable.
     #[arg(long = "host-port", value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
     host_ports: Vec<u16>,
+    /// Boot through this qcow2 overlay, kept after the run: made on first
+    /// use, booted again after (e.g. to power on a guest that was killed).
+    #[arg(long, value_name = "FILE")]
+    overlay: Option<PathBuf>,
     #[arg(long, value_enum, default_value = "tcg")]
     accel: Accel,
     /// Guest memory.
@@ -488,6 +492,7 @@ fn run_vm(args: VmArgs, ui: &Ui, json: bool) -> Result<u8> {
         config_medium: args.config_medium,
         console: args.console,
         host_ports: args.host_ports,
+        overlay: args.overlay,
     };
     let report = vm::run(&args.disk, &options, ui)?;
     if json {

@@ -274,7 +274,7 @@ fn stage_iso(ctx: &Context, report: &mut PipelineReport, kernel: &KernelOutput) 
         .with_context(|| format!("reading {}", live_rootfs.join(iso::PACKAGES_FILE).display()))?;
     let mut packages = iso::parse_packages(&list);
     packages.extend(recipe.live.packages.iter().cloned());
-    let jitter = iso::find_jitter()?;
+    let jitter = rootfs::find_jitter()?;
     let iso = iso_path(ctx);
     let key = Key::new()
         .with("kernel", &kernel.key)
@@ -369,6 +369,7 @@ fn stage_rootfs(ctx: &Context, report: &mut PipelineReport, kernel: &KernelOutpu
     };
     let busybox = rootfs::static_busybox()?;
     let device_tool = rootfs::find_device_tool()?;
+    let jitter = rootfs::find_jitter()?;
     let mut key = Key::new()
         .with("base", &base_key)
         .with("kernel", &kernel.key)
@@ -377,6 +378,7 @@ fn stage_rootfs(ctx: &Context, report: &mut PipelineReport, kernel: &KernelOutpu
         .with("name", format!("{} {}", recipe.name, recipe.version))
         .with("busybox", sha256_file(&busybox, None)?)
         .with("emberrtos-device", sha256_file(&device_tool, None)?)
+        .with("jitter", sha256_file(&jitter, None)?)
         .with("format", ROOTFS_FORMAT);
     for (i, overlay) in recipe.rootfs.overlays.iter().enumerate() {
         key = key.with(
@@ -416,6 +418,7 @@ fn stage_rootfs(ctx: &Context, report: &mut PipelineReport, kernel: &KernelOutpu
                 info: &info,
                 busybox: &busybox,
                 device_tool: &device_tool,
+                jitter: &jitter,
                 epoch,
             };
             rootfs::compose(&inputs, dir, &ctx.ui)
@@ -440,6 +443,7 @@ fn stage_commit(
         kargs: &recipe.kernel.cmdline,
         recipe_sha256: &recipe.sha256,
         evidence,
+        health: &recipe.health,
     };
     let metadata = commit::metadata(&facts)?;
     let repo = repo_path(ctx);

@@ -130,6 +130,8 @@ fn compose_on_a_hostile_base_never_touches_the_host() {
             info: &info,
             busybox: Path::new("/bin/busybox"),
             device_tool: Path::new(env!("CARGO_BIN_EXE_emberrtos-device")),
+            // Any ELF stands in for jitter: the hostile base is the point here.
+            jitter: Path::new(env!("CARGO_BIN_EXE_emberrtos-device")),
             epoch: 1_764_460_800,
         },
         &stage,

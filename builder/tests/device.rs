@@ -12,11 +12,13 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use common::{GpgKey, Kernel, StaticServer, ostree, run};
+use imgbuild::device::grubenv;
 use imgbuild::ostree::{self as ost, CommitRequest, MetaValue};
 use imgbuild::recipe::Flavor;
 use imgbuild::stages::commit::{self, CommitFacts};
@@ -35,6 +37,8 @@ const DISK_KARGS: &[&str] = &[
 const STD_KARGS: &[&str] = &["quiet"];
 const RT_KARGS: &[&str] = &["quiet", "isolcpus=managed_irq,domain,1", "nohz_full=1"];
 const DAY: u64 = 86_400;
+/// GRUB's environment block on the ESP, in the sysroot.
+const GRUBENV: &str = "boot/efi/EFI/BOOT/grubenv";
 const EPOCH: u64 = 1_764_460_800;
 
 fn skipped() -> bool {
@@ -113,6 +117,7 @@ fn commit_build(repo: &Path, ref_name: &str, build: &Build, key: Option<&GpgKey>
         kargs: &kargs,
         recipe_sha256: &"cd".repeat(32),
         evidence: &evidence,
+        health: &imgbuild::device::policy::HealthPolicy::default(),
     })
     .unwrap();
     let repository = ost::open_or_create(repo).unwrap();
@@ -240,6 +245,12 @@ impl Device {
         }
         deploy.push(STD_REF.into());
         run(Command::new("ostree").args(&deploy));
+        // The ESP's environment block, as `imgbuild disk` makes it.
+        let grub_dir = sysroot.join("boot/efi/EFI/BOOT");
+        std::fs::create_dir_all(&grub_dir).unwrap();
+        run(Command::new("grub-editenv")
+            .arg(grub_dir.join("grubenv"))
+            .arg("create"));
         let medium = dir.path().join("medium");
         Device {
             _dir: dir,
@@ -310,6 +321,36 @@ impl Device {
                 (d.csum().to_string(), options.to_string())
             })
             .collect()
+    }
+
+    /// The variables of GRUB's environment block on the ESP.
+    fn grubenv(&self) -> BTreeMap<String, String> {
+        let block = std::fs::read(self.sysroot.join(GRUBENV)).unwrap();
+        grubenv::parse(&block).unwrap()
+    }
+
+    /// Ends a trial as a healthy boot does: an empty environment block.
+    fn end_trial(&self) {
+        let block = grubenv::render(&BTreeMap::new()).unwrap();
+        std::fs::write(self.sysroot.join(GRUBENV), block).unwrap();
+    }
+
+    /// Asserts that `checksum` is on trial with `tries`, in GRUB's variables
+    /// and in health.json.
+    fn assert_on_trial(&self, checksum: &str, tries: u8) {
+        let env = self.grubenv();
+        assert_eq!(
+            env.get("emberrtos_trial").map(String::as_str),
+            Some("1"),
+            "{env:?}"
+        );
+        assert_eq!(env.get("emberrtos_tries"), Some(&tries.to_string()), "{env:?}");
+        let id = env.get("emberrtos_trial_id").unwrap();
+        assert!(id.starts_with(&format!("{checksum}.")), "{env:?}");
+        let health = std::fs::read_to_string(self.var().join("lib/emberrtos/health.json")).unwrap();
+        let health: serde_json::Value = serde_json::from_str(&health).unwrap();
+        assert_eq!(health["deployments"][id]["state"], "trial", "{health}");
+        assert_eq!(health["deployments"][id]["tries"], tries, "{health}");
     }
 
     /// The checkout of the default deployment.
@@ -503,6 +544,10 @@ fn rt_provisioning_pulls_from_the_remote_then_updates_refuse_and_roll_back() {
     assert_eq!(status[1]["origin"], format!("emberrtos:{STD_REF}"));
     let remote_conf = std::fs::read_to_string(device.sysroot.join("ostree/repo/config")).unwrap();
     assert!(remote_conf.contains("gpg-verify=true"), "{remote_conf}");
+    // The provisioned RT deployment boots on trial (the commits carry no
+    // policy: the default 3 tries).
+    device.assert_on_trial(&v1, 3);
+    device.end_trial();
 
     // v2: one file changed, a day newer, with a static delta from v1.
     let v2 = commit_build(&served, RT_REF, &rt("2", 2), Some(&key));
@@ -532,6 +577,13 @@ fn rt_provisioning_pulls_from_the_remote_then_updates_refuse_and_roll_back() {
         std::fs::read_to_string(device.default_root().join("usr/share/emberrtos/release")).unwrap(),
         "2\n"
     );
+    device.assert_on_trial(&v2, 3);
+    assert!(said.contains("boots on trial: 3 tries"), "{said}");
+    // No update while v2's trial is undecided.
+    let during = device.device(&["update", "upgrade", "--no-reboot"]);
+    assert_eq!(during.status.code(), Some(3), "{}", text(&during));
+    assert!(text(&during).contains("on trial"), "{}", text(&during));
+    device.end_trial();
 
     // v3 puts a generic kernel on the RT ref, signed by the publisher: refused.
     let v3 = commit_build(&served, RT_REF, &forged("3", 3), Some(&key));
@@ -549,6 +601,25 @@ fn rt_provisioning_pulls_from_the_remote_then_updates_refuse_and_roll_back() {
     let back = device.device(&["update", "rollback", "--no-reboot"]);
     assert_eq!(back.status.code(), Some(0), "{}", text(&back));
     assert_eq!(device.checksums(), vec![v1, v2]);
+}
+
+#[test]
+fn a_provisioned_rt_deployment_boots_on_trial_and_a_manual_rollback_ends_it() {
+    if skipped() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    let std_commit = commit_build(&repo, STD_REF, &standard("1"), None);
+    let rt_commit = commit_build(&repo, RT_REF, &rt("1", 1), None);
+    let device = Device::new(&repo, &[STD_REF, RT_REF]);
+    device.write_medium("rt", None);
+    assert_eq!(device.provision().status.code(), Some(0));
+    device.assert_on_trial(&rt_commit, 3);
+    let back = device.device(&["update", "rollback", "--no-reboot"]);
+    assert_eq!(back.status.code(), Some(0), "{}", text(&back));
+    assert_eq!(device.checksums(), vec![std_commit, rt_commit.clone()]);
+    assert!(device.grubenv().is_empty(), "{:?}", device.grubenv());
 }
 
 #[test]

@@ -76,6 +76,7 @@ fn metadata(flavor: Flavor, evidence: &rtcheck::Evidence) -> ost::Metadata {
         ],
         recipe_sha256: "cd".repeat(32).as_str(),
         evidence,
+        health: &imgbuild::device::policy::HealthPolicy::default(),
     })
     .unwrap()
 }

@@ -112,6 +112,7 @@ fn build(repo: &Path, tree: &Path, version: &str, key: &GpgKey, evidence: &rtche
         kargs: &["nohz_full=1-3".to_string()],
         recipe_sha256: &"cd".repeat(32),
         evidence,
+        health: &imgbuild::device::policy::HealthPolicy::default(),
     })
     .unwrap();
     // Each build is a day newer: `ostree admin upgrade` refuses to go back in time.
@@ -560,6 +561,7 @@ fn refuses_rt_without_evidence_and_old_versions() {
         kargs: &[],
         recipe_sha256: &"cd".repeat(32),
         evidence: &broken,
+        health: &imgbuild::device::policy::HealthPolicy::default(),
     })
     .unwrap();
     // ... on a tree whose kernel is generic.

@@ -12,6 +12,13 @@ use common::{debian_kernel_files, repo_root, synthetic_rootfs_tarball};
 use imgbuild::stages::rootfs::{BuildInfo, ComposeInputs, compose};
 use imgbuild::ui::Ui;
 
+/// The workspace's `jitter`: `$IMGBUILD_JITTER`, else the one `cargo test
+/// --workspace` builds beside the test binaries.
+fn jitter_binary() -> PathBuf {
+    imgbuild::stages::rootfs::find_jitter()
+        .unwrap_or_else(|e| panic!("{e:#} (or run `cargo build -p jitter` first)"))
+}
+
 /// Composes the synthetic rootfs with the Debian RT kernel and both overlays.
 pub fn composed(dir: &Path) -> imgbuild::stages::rootfs::RootfsOutput {
     let tarball = dir.join("base.tar");
@@ -43,6 +50,7 @@ pub fn composed(dir: &Path) -> imgbuild::stages::rootfs::RootfsOutput {
             info: &info,
             busybox: Path::new("/bin/busybox"),
             device_tool: Path::new(env!("CARGO_BIN_EXE_emberrtos-device")),
+            jitter: &jitter_binary(),
             epoch: 1_764_460_800,
         },
         &stage,
@@ -187,6 +195,14 @@ fn composed_tree_has_the_exact_ostree_layout() {
         kind(&tree.join("usr/bin/emberrtos-update")),
         "-> /usr/libexec/emberrtos/emberrtos-device"
     );
+    // jitter, the latency check of trial boots, the same way.
+    let jitter = tree.join(imgbuild::device::JITTER_INSTALL_PATH);
+    assert_eq!(std::fs::metadata(&jitter).unwrap().mode() & 0o777, 0o755);
+    let version = std::process::Command::new(&jitter)
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&version.stdout).starts_with("jitter "));
     assert_eq!(
         kind(&tree.join("usr/lib/systemd/system/multi-user.target.wants/emberrtos-provision.service")),
         "-> ../emberrtos-provision.service"

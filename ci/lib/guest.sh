@@ -121,3 +121,15 @@ vm_stop() {
     cat "$vm_dir/vm.stdout"
     [ "$vm_status" = 0 ] || { cat "$vm_dir/vm.stderr" >&2; fail "imgbuild vm exited $vm_status after the power-off"; }
 }
+
+# console_count PATTERN: how many console lines hold PATTERN (fixed string).
+console_count() { grep -acF -- "$1" "$vm_dir/console.log" 2>/dev/null || true; }
+console_has() { [ "$(console_count "$2")" -ge "$1" ]; }
+
+# wait_console SECONDS PATTERN [COUNT]: until COUNT (default 1) console lines
+# hold PATTERN; the seconds it took are in console_seconds.
+wait_console() {
+    t_console=$(now)
+    poll_guest "$1" "console line \"$2\"" console_has "${3:-1}" "$2"
+    console_seconds=$(( $(now) - t_console ))
+}

@@ -62,6 +62,9 @@ pub struct VmOptions {
     pub console: Option<PathBuf>,
     /// Host loopback ports the guest may reach, each at `10.0.2.100:PORT`.
     pub host_ports: Vec<u16>,
+    /// A qcow2 overlay kept across runs: made on first use, booted again
+    /// after (the guest's disk survives a killed QEMU, as after a power cut).
+    pub overlay: Option<PathBuf>,
 }
 
 /// Everything the QEMU command line names, resolved.
@@ -294,6 +297,44 @@ pub fn create_overlay(disk: &Path, format: DiskFormat, overlay: &Path) -> Result
     Ok(())
 }
 
+/// The kept overlay `kept` over `disk`: an existing one must be a qcow2
+/// backed by exactly `disk`; a new one appears only once complete.
+fn kept_overlay(disk: &Path, format: DiskFormat, kept: &Path) -> Result<PathBuf> {
+    if kept.exists() {
+        let output = qemu_img()?
+            .args(["info", "--output=json"])
+            .arg(kept)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .context("running `qemu-img info`")?;
+        overlay_of(&String::from_utf8_lossy(&output.stdout), disk)
+            .map_err(|reason| anyhow::anyhow!("--overlay {}: {reason}", kept.display()))?;
+        return Ok(kept.canonicalize()?);
+    }
+    let partial = kept.with_extension("partial");
+    create_overlay(disk, format, &partial)?;
+    std::fs::rename(&partial, kept).with_context(|| format!("creating {}", kept.display()))?;
+    Ok(kept.canonicalize()?)
+}
+
+/// Pure: whether `qemu-img info --output=json` describes a qcow2 overlay
+/// whose backing file is `disk`.
+pub fn overlay_of(json: &str, disk: &Path) -> Result<(), String> {
+    let info: ImageInfo =
+        serde_json::from_str(json).map_err(|e| format!("unreadable `qemu-img info` output: {e}"))?;
+    if info.format != "qcow2" {
+        return Err(format!("a {} image, not a qcow2 overlay", info.format));
+    }
+    match info.backing_filename {
+        Some(backing) if Path::new(&backing) == disk => Ok(()),
+        Some(backing) => Err(format!(
+            "it is an overlay of {backing}, not of {}",
+            disk.display()
+        )),
+        None => Err("it has no backing file".into()),
+    }
+}
+
 /// A loopback port that was free a moment ago.
 pub fn free_loopback_port() -> Result<u16> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("finding a free port on 127.0.0.1")?;
@@ -364,8 +405,14 @@ pub fn run(disk: &Path, options: &VmOptions, ui: &Ui) -> Result<VmReport> {
         .prefix("imgbuild-vm-overlay-")
         .tempdir()
         .context("creating a temp dir for the overlay")?;
-    let overlay = scratch.path().join("overlay.qcow2");
-    create_overlay(&disk, format, &overlay)?;
+    let overlay = match &options.overlay {
+        Some(kept) => kept_overlay(&disk, format, kept)?,
+        None => {
+            let overlay = scratch.path().join("overlay.qcow2");
+            create_overlay(&disk, format, &overlay)?;
+            overlay
+        }
+    };
     let ovmf_vars = options
         .uefi
         .then(|| qemu::copy_ovmf_vars(scratch.path()))

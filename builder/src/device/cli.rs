@@ -10,7 +10,9 @@ use std::time::Duration;
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 
+use super::health::{self, checks::Builtin};
 use super::provision::{self, ProvisionOptions};
+use super::system::{Access, System};
 use super::{UPDATE_NAME, rollback, status, upgrade};
 
 #[derive(Parser, Debug)]
@@ -32,6 +34,31 @@ enum Command {
     /// Deployments: status, upgrade from the update remote, rollback (also
     /// installed as `emberrtos-update`).
     Update(UpdateArgs),
+    /// Judge this boot (run by emberrtos-health.service): the health checks,
+    /// on an rt trial boot the latency check; bless, reboot for the next
+    /// try, or finish a rollback GRUB started.
+    Health(HealthArgs),
+}
+
+#[derive(Args, Debug)]
+struct HealthArgs {
+    #[command(flatten)]
+    sysroot: SysrootArg,
+    /// Do not reboot after a failed trial boot.
+    #[arg(long)]
+    no_reboot: bool,
+    #[command(subcommand)]
+    check: Option<HealthCheck>,
+}
+
+#[derive(Subcommand, Debug)]
+enum HealthCheck {
+    /// Run one built-in check on the booted system (the image's required
+    /// checks in /usr/lib/emberrtos/health.d/required call these).
+    Check {
+        #[arg(value_enum)]
+        name: Builtin,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -121,6 +148,10 @@ fn run(cli: DeviceCli) -> Result<u8> {
             wait: Duration::from_secs(args.wait),
             no_reboot: args.no_reboot,
         }),
+        Command::Health(args) => match args.check {
+            None => health::run(&args.sysroot.sysroot, args.no_reboot),
+            Some(HealthCheck::Check { name }) => run_builtin(&args.sysroot.sysroot, name),
+        },
         Command::Update(args) => {
             let sysroot = &args.sysroot.sysroot;
             match args.action {
@@ -130,6 +161,13 @@ fn run(cli: DeviceCli) -> Result<u8> {
             }
         }
     }
+}
+
+/// One built-in check: its finding on stdout, exit 0; or the error, exit 1.
+fn run_builtin(sysroot: &Path, check: Builtin) -> Result<u8> {
+    let system = System::open(sysroot, Access::Read)?;
+    println!("{}", health::checks::builtin(&system, check)?);
+    Ok(crate::error::exit::OK)
 }
 
 #[cfg(test)]

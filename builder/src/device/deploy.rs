@@ -93,7 +93,8 @@ fn commit_kargs(system: &System, checksum: &str) -> Result<Vec<String>> {
 /// Deploys `checksum` as the new default deployment tracking `refspec`, with
 /// [`recompute_kargs`], `/etc` merged from the current deployment, and the
 /// current deployment kept (it becomes the rollback target). One ostree
-/// transaction: the bootloader configuration switches atomically.
+/// transaction: the bootloader configuration switches atomically. The new
+/// deployment boots on trial ([`super::health::trial::begin`]).
 pub fn deploy_commit(system: &System, checksum: &str, refspec: &str) -> Result<ostree::Deployment> {
     let current = &system.current;
     let kargs = recompute_kargs(
@@ -119,6 +120,16 @@ pub fn deploy_commit(system: &System, checksum: &str, refspec: &str) -> Result<o
             gio::Cancellable::NONE,
         )
         .with_context(|| format!("deploying commit {checksum}"))?;
+    let policy = super::health::policy_of(&ost::read_commit(&system.repo(), checksum)?);
+    super::health::trial::begin(system, &deployment, &policy)?;
+    println!(
+        "{}.{} boots on trial: {} tries to reach healthy, else GRUB starts {}.{} again",
+        deployment.csum(),
+        deployment.deployserial(),
+        policy.boot_tries,
+        current.csum(),
+        current.deployserial()
+    );
     system
         .sysroot
         .simple_write_deployment(

@@ -16,8 +16,11 @@
 
 pub mod cli;
 pub mod deploy;
+pub mod grubenv;
+pub mod health;
 pub mod identity;
 pub mod medium;
+pub mod policy;
 pub mod provision;
 pub mod record;
 pub mod rollback;
@@ -31,6 +34,8 @@ pub const INSTALL_PATH: &str = "usr/libexec/emberrtos/emberrtos-device";
 pub const UPDATE_LINK: &str = "usr/bin/emberrtos-update";
 /// The name the update command answers to.
 pub const UPDATE_NAME: &str = "emberrtos-update";
+/// Where the rootfs stage installs `jitter`, the latency check of trial boots.
+pub const JITTER_INSTALL_PATH: &str = "usr/libexec/emberrtos/jitter";
 /// The ostree remote a configuration medium configures (`imgbuild disk
 /// --remote-url` names it the same).
 pub const REMOTE: &str = "emberrtos";

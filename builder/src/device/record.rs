@@ -145,16 +145,22 @@ pub fn recorded(system: &System) -> Result<bool> {
 /// The login banners for `record`: written for a refusal or a failure,
 /// removed once the node is provisioned.
 pub fn write_banners(system: &System, record: &Record) -> Result<()> {
-    match record.banner() {
+    set_banner(system, MOTD, ISSUE, record.banner().as_deref())
+}
+
+/// Writes `text` as the SSH (`motd`) and console (`issue`) login banner,
+/// or removes both when there is none.
+pub fn set_banner(system: &System, motd: &str, issue: &str, text: Option<&str>) -> Result<()> {
+    match text {
         Some(text) => {
-            system.root.write(Path::new(MOTD), text.as_bytes(), 0o644)?;
+            system.root.write(Path::new(motd), text.as_bytes(), 0o644)?;
             system
                 .root
-                .write(Path::new(ISSUE), issue_text(&text).as_bytes(), 0o644)
+                .write(Path::new(issue), issue_text(text).as_bytes(), 0o644)
         }
         None => {
-            system.root.remove(Path::new(MOTD))?;
-            system.root.remove(Path::new(ISSUE))
+            system.root.remove(Path::new(motd))?;
+            system.root.remove(Path::new(issue))
         }
     }
 }

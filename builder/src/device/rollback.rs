@@ -1,6 +1,7 @@
 //! `emberrtos-update rollback`: makes the previous deployment the default
 //! (ostree 2022.7 has no `ostree admin set-default`: the deployment list is
-//! reordered and written back in one transaction) and reboots unless told not to.
+//! reordered and written back in one transaction), ends any trial boot and
+//! reboots unless told not to.
 
 use std::path::Path;
 
@@ -54,6 +55,7 @@ pub fn run(sysroot: &Path, no_reboot: bool) -> Result<u8> {
         .write_deployments(&reordered, gio::Cancellable::NONE)
         .context("writing the reordered deployments")?;
     deploy::flush_boot(&system)?;
+    super::health::trial::cancel(&system)?;
     let target = &reordered[0];
     println!(
         "rolled back: {} ({}) is the default{}",

@@ -8,6 +8,8 @@ use anyhow::Result;
 use serde::Serialize;
 
 use super::deploy;
+use super::health::record::{Entry, HealthRecord, State};
+use super::health::trial::deployment_id;
 use super::system::{Access, System};
 use crate::ostree as ost;
 use crate::recipe::Flavor;
@@ -30,6 +32,8 @@ pub struct DeploymentStatus {
     /// The flavor of the ref it tracks (policy, from the ref's name).
     pub flavor: Option<Flavor>,
     pub kernel: Option<String>,
+    /// Its entry in `/var/lib/emberrtos/health.json`, if any.
+    pub health: Option<Entry>,
 }
 
 /// The role of deployment `index` given where the current (booted) one is.
@@ -49,6 +53,7 @@ pub fn collect(system: &System) -> Vec<DeploymentStatus> {
     let repo = system.repo();
     let deployments = system.sysroot.deployments();
     let current = deployments.iter().position(|d| d.equal(&system.current));
+    let health = HealthRecord::load_readonly(&system.var);
     deployments
         .iter()
         .enumerate()
@@ -72,6 +77,7 @@ pub fn collect(system: &System) -> Vec<DeploymentStatus> {
                 origin,
                 version: meta(key::VERSION),
                 kernel: meta(key::KERNEL_RELEASE),
+                health: health.deployments.get(&deployment_id(d)).cloned(),
                 checksum,
             }
         })
@@ -97,8 +103,28 @@ pub fn render(statuses: &[DeploymentStatus]) -> String {
             s.flavor.map_or("-".into(), |f| f.to_string()),
             or_dash(&s.kernel)
         );
+        if let Some(h) = &s.health {
+            let _ = writeln!(
+                out,
+                "    health:  {} (tries {}/{}): {}",
+                h.state.as_str(),
+                h.tries_checked,
+                h.tries,
+                h.reason
+            );
+        }
     }
     out
+}
+
+/// The deployments this device rolled back by itself, one line each.
+pub fn render_rolled_back(record: &HealthRecord) -> String {
+    record
+        .deployments
+        .iter()
+        .filter(|(_, e)| e.state == State::RolledBack)
+        .map(|(id, e)| format!("rolled back: {id}: {}\n", e.reason))
+        .collect()
 }
 
 pub fn run(sysroot: &Path, json: bool) -> Result<u8> {
@@ -108,6 +134,10 @@ pub fn run(sysroot: &Path, json: bool) -> Result<u8> {
         println!("{}", serde_json::to_string_pretty(&statuses)?);
     } else {
         print!("{}", render(&statuses));
+        print!(
+            "{}",
+            render_rolled_back(&HealthRecord::load_readonly(&system.var))
+        );
     }
     Ok(crate::error::exit::OK)
 }

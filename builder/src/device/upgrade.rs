@@ -1,7 +1,8 @@
 //! `emberrtos-update upgrade`: pulls the ref the booted deployment tracks
 //! from its remote (GPG verified; a static delta when the remote has one),
-//! refuses (exit 3) a commit older than the booted one or, on an `rt` ref,
-//! one that fails the RT gate on this device, then deploys it as the default
+//! refuses (exit 3) while a trial is in progress, a commit older than the
+//! booted one, one this device rolled back, or, on an `rt` ref, one that
+//! fails the RT gate on this device, then deploys it as the default
 //! with recomputed kernel arguments and reboots unless told not to.
 
 use std::path::Path;
@@ -9,6 +10,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 
 use super::deploy::{self, refspec_for};
+use super::health::{self, record::HealthRecord};
 use super::system::{Access, System};
 use crate::error::{Refused, exit};
 use crate::ostree as ost;
@@ -16,6 +18,7 @@ use crate::stages::verify::gate_commit_as;
 
 pub fn run(sysroot: &Path, no_reboot: bool) -> Result<u8> {
     let system = System::open(sysroot, Access::Write)?;
+    refuse_during_trial(&system)?;
     let refspec = deploy::origin_refspec(&system.current)?;
     let (remote, ref_name) = deploy::split_refspec(&refspec)?;
     let remote = remote.with_context(|| {
@@ -52,6 +55,7 @@ pub fn run(sysroot: &Path, no_reboot: bool) -> Result<u8> {
         ),
         reasons: vec![e.to_string()],
     })?;
+    refuse_rolled_back(&system, &pulled.checksum)?;
     gate_commit_as(&repo, &ref_name, &pulled.checksum, "update", "not deployed")?;
     deploy::deploy_commit(&system, &pulled.checksum, &refspec_for(Some(&remote), &ref_name))?;
     println!(
@@ -63,4 +67,36 @@ pub fn run(sysroot: &Path, no_reboot: bool) -> Result<u8> {
         deploy::reboot()?;
     }
     Ok(exit::OK)
+}
+
+/// A trial in progress is judged first: an update now would replace the
+/// deployment on trial before anyone knows whether it works.
+fn refuse_during_trial(system: &System) -> Result<()> {
+    let (env, _) = health::trial::read_env(&health::trial::esp(system)?);
+    if env.trial.is_empty() {
+        return Ok(());
+    }
+    Err(Refused {
+        stage: "update".into(),
+        summary: format!(
+            "deployment {} is on trial ({}): it is judged by emberrtos-health first; not deployed",
+            env.trial_id, env.trial
+        ),
+        reasons: vec!["run `emberrtos-update rollback` to end the trial by hand".into()],
+    }
+    .into())
+}
+
+/// A commit this device already rolled back is never deployed again.
+fn refuse_rolled_back(system: &System, checksum: &str) -> Result<()> {
+    let (record, _) = HealthRecord::load(&system.var)?;
+    match record.rolled_back(checksum) {
+        None => Ok(()),
+        Some(entry) => Err(Refused {
+            stage: "update".into(),
+            summary: format!("{checksum} was rolled back on this device; not deployed"),
+            reasons: vec![entry.reason.clone()],
+        }
+        .into()),
+    }
 }

@@ -140,6 +140,44 @@ impl ImageRoot {
             .with_context(|| self.err("creating (it must not exist yet)", rel))
     }
 
+    /// Replaces a whole file so that a power cut leaves the old or the new
+    /// one: a synced temp file renamed over `rel`, then the directory synced.
+    pub fn write_durable(&self, rel: &Path, data: &[u8], mode: u32) -> Result<()> {
+        let (parent, name) = self.parent_of(rel)?;
+        let temp = self.write_temp(&parent, &mut &data[..], mode, rel, true)?;
+        self.rename(&temp, &parent.join(name))?;
+        let dir = self
+            .root
+            .resolve(&parent)
+            .and_then(|handle| handle.reopen(OpenFlags::O_RDONLY | OpenFlags::O_DIRECTORY))
+            .with_context(|| self.err("opening the directory of", rel))?;
+        dir.sync_all()
+            .with_context(|| self.err("syncing the directory of", rel))
+    }
+
+    /// Overwrites an existing regular file's bytes in place, synced: the
+    /// same length, no truncation, so the file keeps its blocks (GRUB's
+    /// environment block on a FAT ESP is written by GRUB the same way).
+    pub fn overwrite_in_place(&self, rel: &Path, data: &[u8]) -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        let file = self
+            .root
+            .resolve(relative(rel))
+            .and_then(|handle| handle.reopen(OpenFlags::O_WRONLY | OpenFlags::O_CLOEXEC))
+            .with_context(|| self.err("opening for writing", rel))?;
+        let meta = file.metadata().with_context(|| self.err("reading", rel))?;
+        if !meta.is_file() || meta.len() != data.len() as u64 {
+            bail!(
+                "{}: expected a regular file of {} bytes",
+                self.err("overwriting", rel),
+                data.len()
+            );
+        }
+        file.write_all_at(data, 0)
+            .and_then(|_| file.sync_all())
+            .with_context(|| self.err("overwriting", rel))
+    }
+
     fn write_from(&self, rel: &Path, source: &mut dyn Read, mode: u32) -> Result<()> {
         let (parent, name) = self.parent_of(rel)?;
         let temp = self.write_temp(&parent, source, mode, rel, false)?;

@@ -12,10 +12,11 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::{ConfigBase, Flavor, Kernel, RawRecipe, Recipe, Rootfs, RootfsBase, Source, normalize};
+use crate::device::policy::HealthPolicy;
 use crate::io::hashing::sha256_hex;
 
 /// Bumped whenever the serialization below changes meaning.
-const SCHEMA: u32 = 1;
+const SCHEMA: u32 = 2;
 
 #[derive(Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -28,6 +29,8 @@ struct ImageDefinition<'a> {
     kernel: Kernel,
     rootfs: Rootfs,
     ostree_ref: &'a str,
+    /// What the commits ask of their trial boots (`device:`, `rt:`).
+    health: HealthPolicy,
     live: LiveDefinition<'a>,
 }
 
@@ -90,6 +93,7 @@ pub(super) fn image_sha256(recipe: &Recipe) -> String {
         kernel: kernel_as_written(&recipe.kernel, raw),
         rootfs: rootfs_as_written(&recipe.rootfs, raw),
         ostree_ref: &recipe.ostree.ref_name,
+        health: recipe.health,
         live: LiveDefinition {
             ssh_authorized_keys: &recipe.live.ssh_authorized_keys,
             packages: &recipe.live.packages,

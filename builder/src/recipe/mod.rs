@@ -23,10 +23,11 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::device::policy::HealthPolicy;
 pub use locate::{Locations, Position, fmt_field_error, locate};
 pub use schema::{
-    DiskFormat, Flavor, RawDisk, RawKernel, RawLive, RawOstree, RawRecipe, RawRemote, RawRootfs,
-    RawRootfsBase, RawSource,
+    DiskFormat, Flavor, RawDevice, RawDisk, RawHealth, RawKernel, RawLive, RawOstree, RawRecipe, RawRemote,
+    RawRootfs, RawRootfsBase, RawRt, RawSource,
 };
 use sections::Validator;
 
@@ -179,6 +180,9 @@ pub struct Recipe {
     pub kernel: Kernel,
     pub rootfs: Rootfs,
     pub ostree: Ostree,
+    /// What the image's commits ask of their trial boots (`device:`, `rt:`),
+    /// defaults for what the recipe leaves out.
+    pub health: HealthPolicy,
     pub live: Live,
     pub disk: Option<Disk>,
     #[serde(skip)]
@@ -273,6 +277,12 @@ impl Recipe {
             kernel: sections::kernel(&v, &raw.kernel, raw.flavor)?,
             rootfs: sections::rootfs(&v, &raw.rootfs)?,
             ostree: sections::ostree(&v, &raw.ostree)?,
+            health: sections::rt(
+                &v,
+                raw.rt.as_ref(),
+                raw.flavor,
+                sections::device(&v, raw.device.as_ref())?,
+            )?,
             live: sections::live(&v, raw.live.as_ref())?,
             disk: sections::disk(&v, raw.disk.as_ref())?,
             dir: dir.clone(),

@@ -4,6 +4,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::device::policy::OnInvalid;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Flavor {
@@ -34,6 +36,10 @@ pub struct RawRecipe {
     pub kernel: RawKernel,
     pub rootfs: RawRootfs,
     pub ostree: RawOstree,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<RawDevice>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rt: Option<RawRt>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub live: Option<RawLive>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -110,6 +116,39 @@ pub struct RawOstree {
     pub gpg_key: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpg_homedir: Option<String>,
+}
+
+/// How a deployment of this image is trial-booted on the device. Integers
+/// are read wide so that an out-of-range value gets the range in its error.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RawDevice {
+    /// Tries a new deployment gets before GRUB boots the previous one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_tries: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<RawHealth>,
+}
+
+/// The health check of a trial boot.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RawHealth {
+    /// Seconds jitter measures on a trial boot of an `rt` deployment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_seconds: Option<i64>,
+    /// What an INVALID latency verdict does to the trial.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_invalid: Option<OnInvalid>,
+}
+
+/// Real-time requirements; only in `flavor: rt` recipes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RawRt {
+    /// The worst-case latency a trial boot must meet, in microseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_us: Option<i64>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

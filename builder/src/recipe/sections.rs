@@ -2,14 +2,17 @@
 //! its `Raw*` part into the validated part or a [`RecipeError`] that names
 //! the field and its position.
 
+use std::fmt::Display;
+use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 
 use super::syntax::{self, Verdict};
 use super::{
-    ConfigBase, Disk, Flavor, Kernel, Live, Locations, Ostree, RawDisk, RawKernel, RawLive, RawOstree,
-    RawRecipe, RawRootfs, RawRootfsBase, RawSource, RecipeError, Remote, Rootfs, RootfsBase, Source,
-    normalize,
+    ConfigBase, Disk, Flavor, Kernel, Live, Locations, Ostree, RawDevice, RawDisk, RawKernel, RawLive,
+    RawOstree, RawRecipe, RawRootfs, RawRootfsBase, RawRt, RawSource, RecipeError, Remote, Rootfs,
+    RootfsBase, Source, normalize,
 };
+use crate::device::policy::{self, HealthPolicy};
 use crate::io::hashing::is_sha256_hex;
 
 /// The mmdebstrap variants.
@@ -149,6 +152,27 @@ impl Validator<'_> {
             field,
             format!("give exactly one of `url` (with `sha256`), `path` or `debian`; found {found}"),
         ))
+    }
+
+    /// An integer within `range` (one of [`policy`]'s), else an error at
+    /// `field` that gives the range.
+    fn in_range<T>(&self, field: &str, value: i64, range: RangeInclusive<T>) -> Result<T, RecipeError>
+    where
+        T: TryFrom<i64> + PartialOrd + Display + Copy,
+    {
+        T::try_from(value)
+            .ok()
+            .filter(|v| range.contains(v))
+            .ok_or_else(|| {
+                self.error(
+                    field,
+                    format!(
+                        "{value} is out of range: allowed {}..={}",
+                        range.start(),
+                        range.end()
+                    ),
+                )
+            })
     }
 
     fn url_source(&self, field: &str, url: &str, sha256: Option<&str>) -> Result<Source, RecipeError> {
@@ -293,6 +317,49 @@ pub(super) fn ostree(v: &Validator, ro: &RawOstree) -> Result<Ostree, RecipeErro
         gpg_key: ro.gpg_key.clone(),
         gpg_homedir: v.resolve_optional("ostree.gpg-homedir", ro.gpg_homedir.as_deref())?,
     })
+}
+
+/// `device:` over the default policy: the trial boots' tries and health check.
+pub(super) fn device(v: &Validator, rd: Option<&RawDevice>) -> Result<HealthPolicy, RecipeError> {
+    let mut health = HealthPolicy::default();
+    let Some(rd) = rd else {
+        return Ok(health);
+    };
+    if let Some(tries) = rd.boot_tries {
+        health.boot_tries = v.in_range("device.boot-tries", tries, policy::BOOT_TRIES)?;
+    }
+    if let Some(rh) = &rd.health {
+        if let Some(seconds) = rh.latency_seconds {
+            health.latency_seconds =
+                v.in_range("device.health.latency-seconds", seconds, policy::LATENCY_SECONDS)?;
+        }
+        if let Some(on_invalid) = rh.on_invalid {
+            health.on_invalid = on_invalid;
+        }
+    }
+    Ok(health)
+}
+
+/// `rt:` over `health`: the latency budget. Only an `rt` recipe has one.
+pub(super) fn rt(
+    v: &Validator,
+    rr: Option<&RawRt>,
+    flavor: Flavor,
+    mut health: HealthPolicy,
+) -> Result<HealthPolicy, RecipeError> {
+    let Some(rr) = rr else {
+        return Ok(health);
+    };
+    if flavor != Flavor::Rt {
+        return Err(v.error(
+            "rt",
+            format!("`rt` applies only to `flavor: rt` recipes; this one is `{flavor}`"),
+        ));
+    }
+    if let Some(budget) = rr.budget_us {
+        health.budget_us = v.in_range("rt.budget-us", budget, policy::BUDGET_US)?;
+    }
+    Ok(health)
 }
 
 pub(super) fn live(v: &Validator, rl: Option<&RawLive>) -> Result<Live, RecipeError> {

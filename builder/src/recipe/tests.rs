@@ -1,4 +1,5 @@
 use super::*;
+use crate::device::policy::HealthPolicy;
 use crate::io::hashing::is_sha256_hex;
 
 const SHA: &str = "6b2e8f8a2f5c1c4a3a4d3f0b5e9e1c2d3f4a5b6c7d8e9f0a1b2c3d4e5f6a7b8c";
@@ -715,5 +716,154 @@ fn disk_section_is_validated_field_by_field() {
         );
         let line = text.lines().count();
         assert_eq!(e.position.map(|p| p.line), Some(line), "{section:?}: {e}");
+    }
+}
+
+fn standard_recipe() -> String {
+    recipe_text("{ debian: linux-source-6.12 }", "[tiny.config]", "standard")
+}
+
+#[test]
+fn health_policy_defaults_to_the_policys_own() {
+    assert_eq!(parse(&rt_recipe()).unwrap().health, HealthPolicy::default());
+    assert_eq!(parse(&standard_recipe()).unwrap().health, HealthPolicy::default());
+    let empty = format!("{}device: {{ health: {{}} }}\nrt: {{}}\n", rt_recipe());
+    assert_eq!(parse(&empty).unwrap().health, HealthPolicy::default());
+}
+
+#[test]
+fn health_policy_takes_each_field_from_device_and_rt() {
+    use crate::device::policy::OnInvalid;
+    let default = HealthPolicy::default();
+    let cases = [
+        (
+            "device: { boot-tries: 2 }\n",
+            HealthPolicy {
+                boot_tries: 2,
+                ..default
+            },
+        ),
+        (
+            "device: { health: { latency-seconds: 10 } }\n",
+            HealthPolicy {
+                latency_seconds: 10,
+                ..default
+            },
+        ),
+        (
+            "device: { health: { on-invalid: fail } }\n",
+            HealthPolicy {
+                on_invalid: OnInvalid::Fail,
+                ..default
+            },
+        ),
+        (
+            "rt: { budget-us: 150 }\n",
+            HealthPolicy {
+                budget_us: 150,
+                ..default
+            },
+        ),
+        (
+            "device:\n  boot-tries: 9\n  health:\n    latency-seconds: 3600\n    on-invalid: warn\nrt:\n  budget-us: 1000000\n",
+            HealthPolicy {
+                boot_tries: 9,
+                latency_seconds: 3600,
+                on_invalid: OnInvalid::Warn,
+                budget_us: 1_000_000,
+            },
+        ),
+    ];
+    for (sections, expected) in cases {
+        let recipe = parse(&format!("{}{sections}", rt_recipe())).unwrap();
+        assert_eq!(recipe.health, expected, "{sections}");
+        // The schema form writes them back.
+        let again = parse(&recipe.to_yaml()).unwrap();
+        assert_eq!(again.health, expected, "{sections}");
+    }
+    // A standard recipe has trial boots too, only no budget.
+    let standard = parse(&format!("{}device: {{ boot-tries: 1 }}\n", standard_recipe())).unwrap();
+    assert_eq!(standard.health.boot_tries, 1);
+}
+
+#[test]
+fn health_values_out_of_range_name_their_field_and_the_range() {
+    let cases = [
+        ("device: { boot-tries: 0 }", "device.boot-tries", "1..=9"),
+        ("device: { boot-tries: 10 }", "device.boot-tries", "1..=9"),
+        ("device: { boot-tries: -1 }", "device.boot-tries", "1..=9"),
+        (
+            "device: { health: { latency-seconds: 0 } }",
+            "device.health.latency-seconds",
+            "1..=3600",
+        ),
+        (
+            "device: { health: { latency-seconds: 3601 } }",
+            "device.health.latency-seconds",
+            "1..=3600",
+        ),
+        ("rt: { budget-us: 0 }", "rt.budget-us", "1..=1000000"),
+        ("rt: { budget-us: 1000001 }", "rt.budget-us", "1..=1000000"),
+        (
+            "device: { health: { on-invalid: ignore } }",
+            "device.health.on-invalid",
+            "unknown variant `ignore`",
+        ),
+    ];
+    for (section, field, needle) in cases {
+        let text = format!("{}{section}\n", rt_recipe());
+        let e = parse_err(&text);
+        assert_eq!(e.field, field, "{section}: {e}");
+        assert!(e.message.contains(needle), "{section}: {e}");
+        assert_eq!(
+            e.position.map(|p| p.line),
+            Some(text.lines().count()),
+            "{section}: {e}"
+        );
+    }
+}
+
+#[test]
+fn rt_section_is_refused_in_a_standard_recipe() {
+    let text = format!("{}rt:\n  budget-us: 100\n", standard_recipe());
+    let e = parse_err(&text);
+    assert_eq!(e.field, "rt", "{e}");
+    assert!(e.message.contains("`flavor: rt`"), "{e}");
+    assert_eq!(e.position.map(|p| p.line), Some(text.lines().count()), "{e}");
+}
+
+#[test]
+fn unknown_keys_in_device_are_refused() {
+    for (section, field) in [
+        ("device:\n  boot-tries: 2\n  colour: blue\n", "device"),
+        ("device:\n  health:\n    colour: blue\n", "device.health"),
+        ("rt:\n  colour: blue\n", "rt"),
+    ] {
+        let e = parse_err(&format!("{}{section}", rt_recipe()));
+        assert_eq!(e.field, field, "{section}: {e}");
+        assert!(e.message.contains("unknown field `colour`"), "{section}: {e}");
+        assert!(e.position.is_some(), "{e}");
+    }
+}
+
+#[test]
+fn health_policy_defines_the_image() {
+    let base = rt_recipe();
+    let hash = |text: &str| parse(text).unwrap().sha256;
+    let plain = hash(&base);
+    // Written out as the defaults: the same image.
+    assert_eq!(
+        plain,
+        hash(&format!(
+            "{base}device: {{ boot-tries: 3, health: {{ latency-seconds: 60, on-invalid: warn }} }}\nrt: {{ budget-us: 100 }}\n"
+        ))
+    );
+    for section in [
+        "device: { boot-tries: 2 }",
+        "device: { health: { latency-seconds: 10 } }",
+        "device: { health: { on-invalid: fail } }",
+        "rt: { budget-us: 150 }",
+    ] {
+        assert_ne!(plain, hash(&format!("{base}{section}\n")), "{section}");
     }
 }

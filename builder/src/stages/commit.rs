@@ -7,6 +7,7 @@ use anyhow::{Context, Result};
 use rtcheck::Evidence;
 use serde::{Deserialize, Serialize};
 
+use crate::device::policy::HealthPolicy;
 use crate::ostree::{self, CommitRequest, MetaValue, Metadata, WriteStats};
 use crate::recipe::Flavor;
 
@@ -24,6 +25,8 @@ pub mod key {
     /// The whole evidence as JSON; `imgbuild.rt.<check id>` hold each status.
     pub const RT_EVIDENCE: &str = "imgbuild.rt.evidence";
     pub const RT_PREFIX: &str = "imgbuild.rt.";
+    /// The trial-boot policy as JSON ([`HealthPolicy`](crate::device::policy::HealthPolicy)).
+    pub const HEALTH: &str = crate::device::policy::METADATA_KEY;
 }
 
 /// The facts a commit records.
@@ -37,6 +40,8 @@ pub struct CommitFacts<'a> {
     pub kargs: &'a [String],
     pub recipe_sha256: &'a str,
     pub evidence: &'a Evidence,
+    /// What the commit asks of its own trial boots on a device.
+    pub health: &'a HealthPolicy,
 }
 
 /// Builds the commit metadata (pure).
@@ -61,6 +66,7 @@ pub fn metadata(facts: &CommitFacts) -> Result<Metadata> {
         key::RT_EVIDENCE,
         MetaValue::Str(serde_json::to_string(facts.evidence)?),
     );
+    put(key::HEALTH, MetaValue::Str(facts.health.to_json()));
     for check in &facts.evidence.checks {
         put(
             &format!("{}{}", key::RT_PREFIX, check.id),
@@ -170,4 +176,39 @@ pub fn commit(
         reused_parent: result.reused_parent,
         stats: result.stats,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::policy::OnInvalid;
+
+    #[test]
+    fn metadata_carries_the_health_policy_for_the_device_to_read_back() {
+        let health = HealthPolicy {
+            boot_tries: 2,
+            latency_seconds: 10,
+            on_invalid: OnInvalid::Fail,
+            budget_us: 150,
+        };
+        let kargs = ["nohz_full=1".to_string()];
+        let evidence = Evidence::default();
+        let facts = CommitFacts {
+            name: "emberrtos",
+            version: "2026.11.1",
+            flavor: Flavor::Rt,
+            kernel_release: "6.12.0",
+            kernel_config_sha256: &"ab".repeat(32),
+            kargs: &kargs,
+            recipe_sha256: &"cd".repeat(32),
+            evidence: &evidence,
+            health: &health,
+        };
+        let metadata = metadata(&facts).unwrap();
+        assert_eq!(key::HEALTH, "imgbuild.health");
+        let Some(MetaValue::Str(json)) = metadata.get(key::HEALTH) else {
+            panic!("no {} string in {metadata:?}", key::HEALTH);
+        };
+        assert_eq!(HealthPolicy::parse(json), Ok(health));
+    }
 }

@@ -212,12 +212,6 @@ pub fn pin_efi_serial(iso: &mut [u8], serial: u32) -> Result<bool> {
     Ok(patched)
 }
 
-/// The `jitter` binary to put in the image: `$IMGBUILD_JITTER`, else the one
-/// built beside this imgbuild (`cargo build --release --workspace`).
-pub fn find_jitter() -> Result<PathBuf> {
-    tool::find_companion("jitter", "IMGBUILD_JITTER")
-}
-
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct IsoOutput {

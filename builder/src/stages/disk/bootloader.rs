@@ -47,8 +47,40 @@ const CORE_MODULES: &[&str] = &[
     "terminal",
 ];
 
-/// The ESP's `grub.cfg`: serial and screen, then the menu ostree maintains
-/// on the `/boot` filesystem found by `boot_uuid`.
+/// The GRUB environment variable that puts the default deployment on trial:
+/// `1` while it has tries left, `fallback` once GRUB has given up on it.
+pub const TRIAL_VAR: &str = "emberrtos_trial";
+/// The tries the trial has left: one digit, counted down by GRUB.
+pub const TRIES_VAR: &str = "emberrtos_tries";
+/// The value of [`TRIAL_VAR`] after the last try failed.
+pub const FALLBACK: &str = "fallback";
+
+/// GRUB's countdown of [`TRIES_VAR`]: Debian's GRUB has no `increment`
+/// module, so each digit is compared as a string and replaced by the next
+/// lower one. Anything else (`0`, garbage) means no try is left.
+fn countdown() -> String {
+    let mut script = String::new();
+    for tries in (1..=9).rev() {
+        let keyword = if tries == 9 { "if" } else { "elif" };
+        script.push_str(&format!(
+            "  {keyword} [ \"${TRIES_VAR}\" = {tries} ]; then set {TRIES_VAR}={}\n",
+            tries - 1
+        ));
+    }
+    script.push_str(&format!("  else set {TRIAL_VAR}={FALLBACK}\n  fi\n"));
+    script
+}
+
+/// The ESP's `grub.cfg`: serial and screen, the trial-boot counter over
+/// `$prefix/grubenv`, then the menu ostree maintains on the `/boot`
+/// filesystem found by `boot_uuid`, whose entry 0 is the default deployment
+/// and entry 1 the previous one.
+///
+/// A trial try is spent (saved to the environment block) before the trial
+/// deployment boots, so a panic, a hang the watchdog ends, a power cut or a
+/// failed health check all count. When no try is left, or the block cannot
+/// be written (a try that is not counted must not be taken), GRUB boots
+/// entry 1 and leaves `fallback` for `emberrtos-health` to act on.
 pub fn esp_grub_cfg(boot_uuid: &str) -> String {
     format!(
         "\
@@ -59,14 +91,36 @@ serial --unit=0 --speed=115200
 terminal_input serial console
 terminal_output serial console
 set timeout=1
-# Boot counting (issue 12) hooks in here: $prefix/grubenv, beside this file,
-# is the environment block for it. Nothing reads or writes it yet.
+# Trial boots (emberrtos-health): a new default deployment gets
+# {TRIES_VAR} tries, counted down here, before GRUB boots the previous one.
+set {TRIAL_VAR}=
+set {TRIES_VAR}=
+load_env --file $prefix/grubenv {TRIAL_VAR} {TRIES_VAR}
+set emberrtos_entry=0
+if [ \"${TRIAL_VAR}\" = 1 ]; then
+{countdown}  if [ \"${TRIAL_VAR}\" = 1 ]; then
+    if save_env --file $prefix/grubenv {TRIES_VAR}; then
+      echo \"EmberRTOS: trial boot of the new deployment, ${TRIES_VAR} tries left\"
+    else
+      echo \"EmberRTOS: the try cannot be counted (grubenv not writable): booting the previous deployment\"
+      set emberrtos_entry=1
+    fi
+  else
+    save_env --file $prefix/grubenv {TRIAL_VAR}
+  fi
+fi
+if [ \"${TRIAL_VAR}\" = {FALLBACK} ]; then
+  echo \"EmberRTOS: the new deployment used up its tries: booting the previous deployment\"
+  set emberrtos_entry=1
+fi
 if search --no-floppy --fs-uuid --set=boot {boot_uuid}; then
-  configfile ($boot)/loader/grub.cfg
+  source ($boot)/loader/grub.cfg
+  set default=$emberrtos_entry
 else
   echo \"EmberRTOS: the /boot filesystem (UUID {boot_uuid}) was not found\"
 fi
-"
+",
+        countdown = countdown()
     )
 }
 
@@ -217,9 +271,44 @@ initrd /ostree/emberrtos-e7/initramfs-6.12.0.img
     fn esp_config_finds_boot_by_uuid_and_runs_ostrees_menu() {
         let cfg = esp_grub_cfg("0b6c4ad4-1d3f-8a2e-9c1b-77f0e5d2a001");
         assert!(cfg.contains("search --no-floppy --fs-uuid --set=boot 0b6c4ad4-1d3f-8a2e-9c1b-77f0e5d2a001"));
-        assert!(cfg.contains("configfile ($boot)/loader/grub.cfg"));
+        assert!(cfg.contains("source ($boot)/loader/grub.cfg"));
         assert!(cfg.contains("terminal_output serial console"));
         assert!(cfg.contains("set timeout=1"));
-        assert!(cfg.contains("grubenv"));
+        assert!(cfg.contains("load_env --file $prefix/grubenv emberrtos_trial emberrtos_tries"));
+    }
+
+    #[test]
+    fn grub_parses_the_esp_config() {
+        if !Path::new("/usr/bin/grub-script-check").exists() {
+            eprintln!("SKIPPED: grub-script-check is not installed (grub-common)");
+            return;
+        }
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), esp_grub_cfg("0b6c4ad4-1d3f-8a2e-9c1b-77f0e5d2a001")).unwrap();
+        let out = std::process::Command::new("grub-script-check")
+            .arg(file.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    #[test]
+    fn the_trial_counter_counts_every_digit_down_and_gives_up_on_anything_else() {
+        let cfg = esp_grub_cfg("u");
+        for tries in 1..=9 {
+            let step = format!(
+                "[ \"$emberrtos_tries\" = {tries} ]; then set emberrtos_tries={}",
+                tries - 1
+            );
+            assert!(cfg.contains(&step), "{step}");
+        }
+        assert!(cfg.contains("else set emberrtos_trial=fallback"));
+        // The try is saved before the trial boots; no save, no trial.
+        let save = cfg
+            .find("save_env --file $prefix/grubenv emberrtos_tries")
+            .unwrap();
+        assert!(save < cfg.find("source ($boot)").unwrap());
+        assert!(cfg.contains("set default=$emberrtos_entry"));
+        assert_eq!(cfg.matches("set emberrtos_entry=1").count(), 2);
     }
 }

@@ -37,17 +37,20 @@ use crate::tool;
 use crate::ui::Ui;
 
 /// Bumped when the image layout changes, so old disk stamps go stale.
-pub const DISK_FORMAT: &str = concat!("imgbuild ", env!("CARGO_PKG_VERSION"), " disk 1");
+pub const DISK_FORMAT: &str = concat!("imgbuild ", env!("CARGO_PKG_VERSION"), " disk 2");
 
 /// The kernel arguments every disk boots with, before the commit's own:
 /// the root filesystem by UUID, read-write (ostree remounts `/usr`
-/// read-only), and the console on the screen and the first serial port.
+/// read-only), the console on the screen and the first serial port, and a
+/// reboot 10 s after a panic, so a trial boot that panics spends its try
+/// and GRUB moves on (emberrtos-health) instead of the board hanging.
 pub fn base_kargs(root_uuid: &str) -> Vec<String> {
     vec![
         format!("root=UUID={root_uuid}"),
         "rw".into(),
         "console=tty0".into(),
         "console=ttyS0,115200".into(),
+        "panic=10".into(),
     ]
 }
 

@@ -54,6 +54,8 @@ pub struct ComposeInputs<'a> {
     pub busybox: &'a Path,
     /// The `emberrtos-device` binary ([`find_device_tool`]).
     pub device_tool: &'a Path,
+    /// The `jitter` binary ([`find_jitter`]).
+    pub jitter: &'a Path,
     pub epoch: u64,
 }
 
@@ -130,10 +132,18 @@ pub fn find_device_tool() -> Result<PathBuf> {
     tool::find_companion("emberrtos-device", "IMGBUILD_DEVICE_TOOL")
 }
 
-/// Installs `emberrtos-device` and its `emberrtos-update` name. The debug
-/// info of a release build (line tables, most of its 60+ MiB) stays on the
-/// build host: the image gets the binary with its symbols only (about 4 MiB).
-fn install_device_tool(root: &ImageRoot, binary: &Path) -> Result<()> {
+/// The `jitter` binary to ship in the OS (the latency check of trial boots)
+/// and in the live image: `$IMGBUILD_JITTER`, else the one built beside this
+/// imgbuild (`cargo build --release --workspace`).
+pub fn find_jitter() -> Result<PathBuf> {
+    tool::find_companion("jitter", "IMGBUILD_JITTER")
+}
+
+/// Installs `binary` at `dest` (mode 0755) without its debug info: that of a
+/// release build (line tables, most of `emberrtos-device`'s 60+ MiB) stays on
+/// the build host, the image gets the binary with its symbols only.
+fn install_stripped(root: &ImageRoot, binary: &Path, dest: &Path) -> Result<()> {
+    let name = dest.file_name().unwrap_or(dest.as_os_str()).to_string_lossy();
     let stripped = tempfile::NamedTempFile::new()?;
     tool::run(
         tool::command("strip")?
@@ -142,9 +152,15 @@ fn install_device_tool(root: &ImageRoot, binary: &Path) -> Result<()> {
             .arg(stripped.path())
             .arg(binary),
     )
-    .context("stripping the debug info of emberrtos-device")?;
-    root.copy_in(stripped.path(), Path::new(device::INSTALL_PATH), 0o755)
-        .context("installing emberrtos-device")?;
+    .with_context(|| format!("stripping the debug info of {name}"))?;
+    root.copy_in(stripped.path(), dest, 0o755)
+        .with_context(|| format!("installing {name}"))
+}
+
+/// Installs `emberrtos-device` (stripped, about 4 MiB) and its
+/// `emberrtos-update` name.
+fn install_device_tool(root: &ImageRoot, binary: &Path) -> Result<()> {
+    install_stripped(root, binary, Path::new(device::INSTALL_PATH))?;
     let target = Path::new("/").join(device::INSTALL_PATH);
     root.symlink(Path::new(device::UPDATE_LINK), &target)
 }
@@ -202,6 +218,7 @@ pub fn compose(inputs: &ComposeInputs, stage_dir: &Path, ui: &Ui) -> Result<Root
         ));
     }
     install_device_tool(&root, inputs.device_tool)?;
+    install_stripped(&root, inputs.jitter, Path::new(device::JITTER_INSTALL_PATH))?;
     write_build_facts(&root, inputs)?;
     let layout = layout::convert(&root).context("converting to the ostree layout")?;
     secrets::refuse_private_keys(&root)?;
@@ -225,4 +242,32 @@ pub fn compose(inputs: &ComposeInputs, stage_dir: &Path, ui: &Ui) -> Result<Root
         files,
         layout,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    /// Both binaries go in the same way; this test binary (an ELF with
+    /// debug info) stands in for them.
+    #[test]
+    fn device_tool_and_jitter_are_installed_without_debug_info() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = ImageRoot::open(dir.path()).unwrap();
+        let binary = std::env::current_exe().unwrap();
+        install_device_tool(&root, &binary).unwrap();
+        install_stripped(&root, &binary, Path::new(device::JITTER_INSTALL_PATH)).unwrap();
+        let built = std::fs::metadata(&binary).unwrap().len();
+        for path in [device::INSTALL_PATH, device::JITTER_INSTALL_PATH] {
+            let meta = std::fs::metadata(dir.path().join(path)).unwrap();
+            assert!(meta.len() < built, "{path}: {} of {built} bytes", meta.len());
+            assert_eq!(meta.permissions().mode() & 0o777, 0o755, "{path}");
+        }
+        assert_eq!(
+            std::fs::read_link(dir.path().join(device::UPDATE_LINK)).unwrap(),
+            Path::new("/").join(device::INSTALL_PATH)
+        );
+    }
 }

@@ -1,0 +1,72 @@
+#!/usr/bin/python3
+"""derive-commit.py REPO REF BASE VERSION SUBJECT OVERLAY [KEY=JSON-STRING...]
+
+Test updates for the device tier: commits BASE's tree with OVERLAY's files
+laid over it on REF, as BASE's child, with BASE's metadata (its RT evidence
+included) and its detached boot evidence, VERSION as `version`, and each
+KEY set to the string given. The kernel is BASE's, byte for byte, so its
+evidence still describes it; only userspace changes. Prints the checksum.
+Run with Debian's Python (python3-gi, gir1.2-ostree-1.0).
+"""
+import sys
+
+import gi
+
+gi.require_version("OSTree", "1.0")
+from gi.repository import Gio, GLib, OSTree  # noqa: E402
+
+
+def main(repo_path, ref, base, version, subject, overlay, *pairs):
+    repo = OSTree.Repo.new(Gio.File.new_for_path(repo_path))
+    repo.open(None)
+    _, base = repo.resolve_rev(base, False)
+    _, commit, _ = repo.load_commit(base)
+    metadata = dict(commit.get_child_value(0).unpack())
+    metadata["version"] = version
+    for pair in pairs:
+        key, value = pair.split("=", 1)
+        metadata[key] = value
+    _, detached = repo.read_commit_detached_metadata(base, None)
+
+    repo.prepare_transaction(None)
+    try:
+        mtree = OSTree.MutableTree.new()
+        _, root, _ = repo.read_commit(base, None)
+        repo.write_directory_to_mtree(root, mtree, None, None)
+        repo.write_directory_to_mtree(Gio.File.new_for_path(overlay), mtree, None, None)
+        _, tree = repo.write_mtree(mtree, None)
+        variant = GLib.Variant(
+            "a{sv}", {k: metadata_value(v) for k, v in metadata.items()}
+        )
+        # One second after BASE: `ostree admin upgrade` refuses older commits.
+        timestamp = OSTree.commit_get_timestamp(commit) + 1
+        _, checksum = repo.write_commit_with_time(
+            base, subject, None, variant, tree, timestamp, None
+        )
+        if detached is not None:
+            repo.write_commit_detached_metadata(checksum, detached, None)
+        repo.transaction_set_ref(None, ref, checksum)
+        repo.commit_transaction(None)
+    except BaseException:
+        repo.abort_transaction(None)
+        raise
+    print(checksum)
+
+
+def metadata_value(value):
+    """A Python value from the base commit back as the GVariant it was."""
+    if isinstance(value, bool):
+        return GLib.Variant("b", value)
+    if isinstance(value, str):
+        return GLib.Variant("s", value)
+    if isinstance(value, list):
+        return GLib.Variant("as", value)
+    if isinstance(value, int):
+        return GLib.Variant("t", value)
+    raise SystemExit(f"derive-commit: metadata value {value!r} of an unknown type")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 7:
+        raise SystemExit(__doc__)
+    main(*sys.argv[1:])
