@@ -27,13 +27,19 @@ def main(repo_path, ref, base, version, subject, overlay, *pairs):
         key, value = pair.split("=", 1)
         metadata[key] = value
     _, detached = repo.read_commit_detached_metadata(base, None)
+    detached = without_signatures(detached)
 
     repo.prepare_transaction(None)
     try:
         mtree = OSTree.MutableTree.new()
         _, root, _ = repo.read_commit(base, None)
         repo.write_directory_to_mtree(root, mtree, None, None)
-        repo.write_directory_to_mtree(Gio.File.new_for_path(overlay), mtree, None, None)
+        # Root-owned, canonical modes: the overlay's directories replace
+        # those of / and /usr in the tree, whoever ran this.
+        modifier = OSTree.RepoCommitModifier.new(
+            OSTree.RepoCommitModifierFlags.CANONICAL_PERMISSIONS, None
+        )
+        repo.write_directory_to_mtree(Gio.File.new_for_path(overlay), mtree, modifier, None)
         _, tree = repo.write_mtree(mtree, None)
         variant = GLib.Variant(
             "a{sv}", {k: metadata_value(v) for k, v in metadata.items()}
@@ -51,6 +57,21 @@ def main(repo_path, ref, base, version, subject, overlay, *pairs):
         repo.abort_transaction(None)
         raise
     print(checksum)
+
+
+def without_signatures(detached):
+    """BASE's detached metadata without its signatures: they sign BASE, not
+    the new commit, which `imgbuild publish` signs itself."""
+    if detached is None:
+        return None
+    kept = {}
+    for i in range(detached.n_children()):
+        entry = detached.get_child_value(i)
+        key = entry.get_child_value(0).get_string()
+        if key == "ostree.gpgsigs" or key.startswith("ostree.sign"):
+            continue
+        kept[key] = entry.get_child_value(1).get_variant()
+    return GLib.Variant("a{sv}", kept)
 
 
 def metadata_value(value):

@@ -54,28 +54,29 @@ struct Judgement {
 }
 
 pub fn run(sysroot: &Path, no_reboot: bool) -> Result<u8> {
-    let judged = judge_this_boot(sysroot, no_reboot);
-    if let Err(e) = &judged {
-        reboot_if_on_trial(sysroot, no_reboot, e);
+    let mut on_trial = false;
+    let judged = judge_this_boot(sysroot, no_reboot, &mut on_trial);
+    if let Err(e) = &judged
+        && on_trial
+    {
+        reboot_after_error(sysroot, no_reboot, e);
     }
     judged
 }
 
 /// A trial boot that cannot be judged is not healthy: when the service
 /// fails on one, the machine reboots so GRUB spends the next try (a trial
-/// must never stay undecided on a running machine).
-fn reboot_if_on_trial(sysroot: &Path, no_reboot: bool, error: &anyhow::Error) {
+/// must never stay undecided on a running machine). Only a boot of the trial
+/// deployment itself reboots, so a failure elsewhere never loops.
+fn reboot_after_error(sysroot: &Path, no_reboot: bool, error: &anyhow::Error) {
     let live = std::fs::canonicalize(sysroot).is_ok_and(|p| p == Path::new("/"));
-    let on_trial = crate::io::root::ImageRoot::open(&sysroot.join(trial::ESP))
-        .map(|esp| trial::read_env(&esp).0.trial == "1")
-        .unwrap_or(false);
-    if live && on_trial && !no_reboot {
+    if live && !no_reboot {
         eprintln!("{CONSOLE_PREFIX} error on a trial boot ({error:#}): rebooting for the next try");
         let _ = deploy::reboot();
     }
 }
 
-fn judge_this_boot(sysroot: &Path, no_reboot: bool) -> Result<u8> {
+fn judge_this_boot(sysroot: &Path, no_reboot: bool, on_trial_out: &mut bool) -> Result<u8> {
     let system = System::open(sysroot, Access::Read)?;
     let esp = trial::esp(&system)?;
     let (env, env_note) = trial::read_env(&esp);
@@ -86,8 +87,14 @@ fn judge_this_boot(sysroot: &Path, no_reboot: bool) -> Result<u8> {
         .first()
         .map(trial::deployment_id)
         .unwrap_or_default();
-    let boot = trial::classify(&env, &booted, &default);
-    let mut notes: Vec<String> = env_note.into_iter().collect();
+    let (health, record_note) = HealthRecord::load(&system.var)?;
+    let pending = health
+        .deployments
+        .get(&env.trial_id)
+        .is_some_and(|e| e.begun_on_boot.is_some() && e.begun_on_boot == trial::boot_id());
+    let boot = trial::classify(&env, &booted, &default, pending);
+    *on_trial_out = matches!(boot, Boot::Trial { .. });
+    let mut notes: Vec<String> = env_note.into_iter().chain(record_note).collect();
     let mut rolled_back = None;
     match &boot {
         Boot::GaveUp { id, why } => {
@@ -110,6 +117,12 @@ fn judge_this_boot(sysroot: &Path, no_reboot: bool) -> Result<u8> {
     let judgement = judge(&system, &booted, flavor, &policy, on_trial.then_some(try_number));
     let (mut health, note) = HealthRecord::load(&system.var)?;
     notes.extend(note);
+    if on_trial && judgement.healthy {
+        // The trial ends before the record says blessed: a power cut in
+        // between leaves a boot GRUB no longer counts, never a blessed
+        // deployment GRUB could still give up on.
+        trial::cancel(&system)?;
+    }
     let tries = update_entry(
         &mut health,
         &system.current,
@@ -127,9 +140,6 @@ fn judge_this_boot(sysroot: &Path, no_reboot: bool) -> Result<u8> {
     let mut lines = vec![line];
     lines.extend(notes.iter().map(|n| format!("emberrtos-health: {n}")));
     announce(&system, &lines);
-    if on_trial && judgement.healthy {
-        trial::cancel(&system)?;
-    }
     if on_trial && !judgement.healthy && system.live && !no_reboot {
         announce(
             &system,
@@ -203,15 +213,7 @@ fn update_entry<'a>(
     let entry = health
         .deployments
         .entry(booted.to_string())
-        .or_insert_with(|| Entry {
-            checksum: deployment.csum().to_string(),
-            state: State::Blessed,
-            tries: 0,
-            tries_checked: 0,
-            checks: Vec::new(),
-            latency_report: None,
-            reason: String::new(),
-        });
+        .or_insert_with(|| Entry::new(&deployment.csum(), State::Blessed, String::new()));
     entry.checks = judgement.results.clone();
     entry.latency_report = judgement
         .results
@@ -287,19 +289,19 @@ fn console_line(booted: &str, tries: u8, judgement: &Judgement, try_number: Opti
 fn roll_back(sysroot: &Path, failed_id: &str, why: &str) -> Result<(String, String)> {
     let system = System::open(sysroot, Access::Write)?;
     let deployments = system.sysroot.deployments();
-    let failed = deployments.iter().find(|d| trial::deployment_id(d) == failed_id);
+    let found = deployments.iter().any(|d| trial::deployment_id(d) == failed_id);
     let (mut health, _) = HealthRecord::load(&system.var)?;
     let entry = health.deployments.get(failed_id).cloned();
     let reason = rollback_reason(entry.as_ref(), why);
-    if let Some(failed) = failed {
-        let kept: Vec<ostree::Deployment> = std::iter::once(system.current.clone())
-            .chain(
-                deployments
-                    .iter()
-                    .filter(|d| !d.equal(failed) && !d.equal(&system.current))
-                    .cloned(),
-            )
-            .collect();
+    if found {
+        // The same objects, moved (libostree finds the booted deployment in
+        // the list by identity; `Deployment::clone` would make a copy): the
+        // booted one first, the failed one left out.
+        let (booted, others): (Vec<_>, Vec<_>) = deployments
+            .into_iter()
+            .filter(|d| trial::deployment_id(d) != failed_id)
+            .partition(|d| d.equal(&system.current));
+        let kept: Vec<ostree::Deployment> = booted.into_iter().chain(others).collect();
         system
             .sysroot
             .write_deployments(&kept, gio::Cancellable::NONE)
@@ -309,14 +311,9 @@ fn roll_back(sysroot: &Path, failed_id: &str, why: &str) -> Result<(String, Stri
     let entry = health
         .deployments
         .entry(failed_id.to_string())
-        .or_insert_with(|| Entry {
-            checksum: failed_id.split('.').next().unwrap_or_default().to_string(),
-            state: State::RolledBack,
-            tries: 0,
-            tries_checked: 0,
-            checks: Vec::new(),
-            latency_report: None,
-            reason: String::new(),
+        .or_insert_with(|| {
+            let checksum = failed_id.split('.').next().unwrap_or_default();
+            Entry::new(checksum, State::RolledBack, String::new())
         });
     entry.state = State::RolledBack;
     entry.reason = reason.clone();
@@ -370,6 +367,7 @@ mod tests {
                 .collect(),
             latency_report: None,
             reason: String::new(),
+            begun_on_boot: None,
         }
     }
 

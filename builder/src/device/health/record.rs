@@ -88,6 +88,26 @@ pub struct Entry {
     pub latency_report: Option<String>,
     /// Why it is in its state, in one sentence.
     pub reason: String,
+    /// The kernel boot id of the boot that started the trial: until the
+    /// machine reboots, the trial is pending, not a try GRUB failed to count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub begun_on_boot: Option<String>,
+}
+
+impl Entry {
+    /// An entry with no tries and no checks yet.
+    pub fn new(checksum: &str, state: State, reason: String) -> Entry {
+        Entry {
+            checksum: checksum.to_string(),
+            state,
+            tries: 0,
+            tries_checked: 0,
+            checks: Vec::new(),
+            latency_report: None,
+            reason,
+            begun_on_boot: None,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -164,6 +184,7 @@ mod tests {
             }],
             latency_report: None,
             reason: "r".into(),
+            begun_on_boot: None,
         }
     }
 

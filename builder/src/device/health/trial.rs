@@ -52,12 +52,21 @@ pub enum Boot {
     Stale,
 }
 
-/// Pure: the kind of boot from the environment, the booted deployment and
-/// the default one.
-pub fn classify(env: &TrialEnv, booted: &str, default: &str) -> Boot {
+/// This boot's id (`/proc/sys/kernel/random/boot_id`).
+pub fn boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|id| id.trim().to_string())
+}
+
+/// Pure: the kind of boot from the environment, the booted deployment, the
+/// default one, and whether the trial was begun on this very boot (an
+/// update deployed with `--no-reboot`: pending, not yet tried).
+pub fn classify(env: &TrialEnv, booted: &str, default: &str, begun_this_boot: bool) -> Boot {
     match env.trial.as_str() {
         "" => Boot::Normal,
         "1" if env.trial_id == booted => Boot::Trial { id: booted.into() },
+        "1" if begun_this_boot => Boot::Normal,
         "1" if env.trial_id == default => Boot::GaveUp {
             id: env.trial_id.clone(),
             why: "GRUB could not count a try (its environment block was not writable)".into(),
@@ -96,9 +105,17 @@ pub fn read_env(esp: &ImageRoot) -> (TrialEnv, Option<String>) {
     }
 }
 
-/// Writes the trial variables (all three, or none when `env` is `None`).
+/// Writes the trial variables (all three, or none when `env` is `None`);
+/// GRUB's own variables in the block (`saved_entry`, `next_entry`) stay.
 pub fn write_env(esp: &ImageRoot, env: Option<&TrialEnv>) -> Result<()> {
-    let mut vars = BTreeMap::new();
+    let mut vars: BTreeMap<String, String> = esp
+        .read(Path::new(GRUBENV))
+        .ok()
+        .and_then(|block| grubenv::parse(&block).ok())
+        .unwrap_or_default();
+    for name in [TRIAL_VAR, TRIES_VAR, TRIAL_ID_VAR] {
+        vars.remove(name);
+    }
     if let Some(env) = env {
         vars.insert(TRIAL_VAR.to_string(), env.trial.clone());
         vars.insert(TRIES_VAR.to_string(), env.tries_left.clone());
@@ -119,13 +136,13 @@ pub fn begin(system: &System, deployment: &ostree::Deployment, policy: &HealthPo
     record.deployments.insert(
         id.clone(),
         Entry {
-            checksum: deployment.csum().to_string(),
-            state: State::Trial,
             tries: policy.boot_tries,
-            tries_checked: 0,
-            checks: Vec::new(),
-            latency_report: None,
-            reason: format!("deployed; {} tries to reach healthy", policy.boot_tries),
+            begun_on_boot: boot_id(),
+            ..Entry::new(
+                &deployment.csum(),
+                State::Trial,
+                format!("deployed; {} tries to reach healthy", policy.boot_tries),
+            )
         },
     );
     record.store(&system.var)?;
@@ -156,24 +173,29 @@ mod tests {
 
     #[test]
     fn each_boot_is_classified_by_what_grub_left() {
-        assert_eq!(classify(&env("", ""), "new.0", "new.0"), Boot::Normal);
+        assert_eq!(classify(&env("", ""), "new.0", "new.0", false), Boot::Normal);
         assert_eq!(
-            classify(&env("1", "new.0"), "new.0", "new.0"),
+            classify(&env("1", "new.0"), "new.0", "new.0", false),
             Boot::Trial { id: "new.0".into() }
         );
         // GRUB gave up: the previous deployment booted.
         assert!(matches!(
-            classify(&env("fallback", "new.0"), "old.0", "new.0"),
+            classify(&env("fallback", "new.0"), "old.0", "new.0", false),
             Boot::GaveUp { id, .. } if id == "new.0"
         ));
         // GRUB could not save the try and booted the previous one.
         assert!(matches!(
-            classify(&env("1", "new.0"), "old.0", "new.0"),
+            classify(&env("1", "new.0"), "old.0", "new.0", false),
             Boot::GaveUp { why, .. } if why.contains("could not count")
         ));
         // The trial names a deployment that never became the default.
-        assert_eq!(classify(&env("1", "new.0"), "old.0", "old.0"), Boot::Stale);
-        assert_eq!(classify(&env("fallback", ""), "old.0", "old.0"), Boot::Stale);
-        assert_eq!(classify(&env("7", "old.0"), "old.0", "old.0"), Boot::Stale);
+        assert_eq!(classify(&env("1", "new.0"), "old.0", "old.0", false), Boot::Stale);
+        assert_eq!(
+            classify(&env("fallback", ""), "old.0", "old.0", false),
+            Boot::Stale
+        );
+        assert_eq!(classify(&env("7", "old.0"), "old.0", "old.0", false), Boot::Stale);
+        // Deployed with --no-reboot and judged again before the reboot.
+        assert_eq!(classify(&env("1", "new.0"), "old.0", "new.0", true), Boot::Normal);
     }
 }
