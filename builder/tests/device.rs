@@ -505,11 +505,15 @@ fn rt_provisioning_deploys_the_verified_commit_and_keeps_the_standard_one() {
         "rt\n"
     );
     assert!(!root.join("etc/motd.d/50-emberrtos-provision").exists());
+    // The RT deployment boots on trial (the commit carries no policy: 3 tries).
+    device.assert_on_trial(&rt_commit, 3);
 
-    // emberrtos-update rollback goes back to standard, and forth again.
+    // emberrtos-update rollback goes back to standard, ending the trial,
+    // and forth again.
     let back = device.device(&["update", "rollback", "--no-reboot"]);
     assert_eq!(back.status.code(), Some(0), "{}", text(&back));
     assert_eq!(device.checksums(), vec![std_commit.clone(), rt_commit.clone()]);
+    assert!(device.grubenv().is_empty(), "{:?}", device.grubenv());
     let forth = device.device(&["update", "rollback", "--no-reboot"]);
     assert_eq!(forth.status.code(), Some(0), "{}", text(&forth));
     assert_eq!(device.checksums(), vec![rt_commit, std_commit]);
@@ -601,25 +605,6 @@ fn rt_provisioning_pulls_from_the_remote_then_updates_refuse_and_roll_back() {
     let back = device.device(&["update", "rollback", "--no-reboot"]);
     assert_eq!(back.status.code(), Some(0), "{}", text(&back));
     assert_eq!(device.checksums(), vec![v1, v2]);
-}
-
-#[test]
-fn a_provisioned_rt_deployment_boots_on_trial_and_a_manual_rollback_ends_it() {
-    if skipped() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let repo = dir.path().join("repo");
-    let std_commit = commit_build(&repo, STD_REF, &standard("1"), None);
-    let rt_commit = commit_build(&repo, RT_REF, &rt("1", 1), None);
-    let device = Device::new(&repo, &[STD_REF, RT_REF]);
-    device.write_medium("rt", None);
-    assert_eq!(device.provision().status.code(), Some(0));
-    device.assert_on_trial(&rt_commit, 3);
-    let back = device.device(&["update", "rollback", "--no-reboot"]);
-    assert_eq!(back.status.code(), Some(0), "{}", text(&back));
-    assert_eq!(device.checksums(), vec![std_commit, rt_commit.clone()]);
-    assert!(device.grubenv().is_empty(), "{:?}", device.grubenv());
 }
 
 #[test]

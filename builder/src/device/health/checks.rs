@@ -193,18 +193,14 @@ pub fn check_kargs(cmdline: &str, kargs: &[String]) -> Result<String, String> {
 }
 
 fn check_rt_tune() -> Result<String> {
-    let out = Command::new("systemctl")
-        .args([
-            "show",
-            "-p",
-            "Result",
-            "-p",
-            "ActiveState",
-            "emberrtos-rt-tune.service",
-        ])
-        .output()
-        .context("running systemctl show")?;
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = systemctl(&[
+        "show",
+        "-p",
+        "Result",
+        "-p",
+        "ActiveState",
+        "emberrtos-rt-tune.service",
+    ])?;
     if !(text.contains("Result=success") && text.contains("ActiveState=active")) {
         bail!(
             "emberrtos-rt-tune.service did not succeed: {}",
@@ -250,17 +246,14 @@ pub fn irqs_on_rt_cpus(rt: &CpuSet, irqs: &[(String, CpuSet, CpuSet)]) -> Vec<St
 }
 
 fn check_failed_units() -> Result<String> {
-    let out = Command::new("systemctl")
-        .args([
-            "list-units",
-            "--state=failed",
-            "--plain",
-            "--no-legend",
-            "--no-pager",
-        ])
-        .output()
-        .context("running systemctl list-units")?;
-    let failed: Vec<String> = String::from_utf8_lossy(&out.stdout)
+    let text = systemctl(&[
+        "list-units",
+        "--state=failed",
+        "--plain",
+        "--no-legend",
+        "--no-pager",
+    ])?;
+    let failed: Vec<String> = text
         .lines()
         .filter_map(|l| l.split_whitespace().next().map(str::to_string))
         .collect();
@@ -268,6 +261,15 @@ fn check_failed_units() -> Result<String> {
         true => Ok("no failed units".into()),
         false => bail!("failed units: {}", failed.join(" ")),
     }
+}
+
+/// `systemctl ARGS`' standard output.
+fn systemctl(args: &[&str]) -> Result<String> {
+    let out = Command::new("systemctl")
+        .args(args)
+        .output()
+        .with_context(|| format!("running systemctl {}", args.join(" ")))?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 #[cfg(test)]
