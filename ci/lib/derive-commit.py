@@ -9,6 +9,7 @@ evidence still describes it; only userspace changes. Prints the checksum.
 Run with Debian's Python (python3-gi, gir1.2-ostree-1.0).
 """
 import sys
+import time
 
 import gi
 
@@ -44,8 +45,9 @@ def main(repo_path, ref, base, version, subject, overlay, *pairs):
         variant = GLib.Variant(
             "a{sv}", {k: metadata_value(v) for k, v in metadata.items()}
         )
-        # One second after BASE: `ostree admin upgrade` refuses older commits.
-        timestamp = OSTree.commit_get_timestamp(commit) + 1
+        # Now (and after BASE): pulls and upgrades refuse older commits, and
+        # each test update must be newer than the one before it.
+        timestamp = max(OSTree.commit_get_timestamp(commit) + 1, int(time.time()))
         _, checksum = repo.write_commit_with_time(
             base, subject, None, variant, tree, timestamp, None
         )
