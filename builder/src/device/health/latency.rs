@@ -19,7 +19,7 @@ pub const NAME: &str = "latency";
 pub const REPORT_DIR: &str = "lib/emberrtos/health";
 
 /// Runs jitter under `root` (`/`) and judges its report, written to
-/// `report` (a path on the running system).
+/// `report` (a path on the running system, in a directory that exists).
 pub fn measure(root: &Path, policy: &HealthPolicy, report: &Path) -> CheckResult {
     let judged = run_jitter(root, policy, report).and_then(|(code, text)| judge(code, &text, policy));
     let (outcome, detail) = judged.unwrap_or_else(|e| (Outcome::Fail, format!("{e:#}")));
@@ -33,9 +33,6 @@ pub fn measure(root: &Path, policy: &HealthPolicy, report: &Path) -> CheckResult
 
 fn run_jitter(root: &Path, policy: &HealthPolicy, report: &Path) -> Result<(i32, String)> {
     let jitter: PathBuf = root.join(JITTER_INSTALL_PATH);
-    if let Some(dir) = report.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
     // jitter's own run is bounded by its duration; the margin covers load
     // start-up and the report.
     let limit = (policy.latency_seconds + 120).to_string();

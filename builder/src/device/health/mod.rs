@@ -173,16 +173,18 @@ fn judge(
                 )],
             );
             let name = format!("latency-{booted}-try{try_number}.json");
-            let report = Path::new("/var").join(latency::REPORT_DIR).join(name);
-            let report = match system.live {
-                true => report,
-                false => system
-                    .var
-                    .path()
-                    .join(latency::REPORT_DIR)
-                    .join(report.file_name().unwrap_or_default()),
-            };
-            latency::measure(system.root.path(), policy, &report)
+            // /var of the running system (`/var` on the device), created
+            // through the confined root; jitter writes the report there.
+            let report = system.var.path().join(latency::REPORT_DIR).join(name);
+            match system.var.create_dir_all(Path::new(latency::REPORT_DIR), 0o755) {
+                Ok(()) => latency::measure(system.root.path(), policy, &report),
+                Err(e) => CheckResult {
+                    name: latency::NAME.into(),
+                    outcome: Outcome::Fail,
+                    required: true,
+                    detail: format!("{e:#}"),
+                },
+            }
         }
         (None, Flavor::Rt) => skipped("not a trial boot"),
         (_, Flavor::Standard) => skipped("not an rt deployment"),
