@@ -135,6 +135,10 @@ pub struct PublishArgs {
     /// Static deltas from this many previously published commits per ref.
     #[arg(long, default_value_t = 2)]
     deltas: usize,
+    /// Also generate a static delta from empty to each tip (first pulls).
+    /// Off by default: it takes minutes, and clients pull objects without it.
+    #[arg(long)]
+    delta_from_empty: bool,
     /// Parents of each ref's tip to carry along (with a delta from each), so
     /// devices can pull or deploy them by checksum.
     #[arg(long, default_value_t = publish::DEFAULT_DEPTH)]
@@ -398,6 +402,7 @@ fn run_publish(args: PublishArgs, ui: &Ui, json: bool) -> Result<u8> {
         gpg_key: args.gpg_key.as_deref(),
         gpg_homedir: args.gpg_homedir.as_deref(),
         deltas: args.deltas,
+        delta_from_empty: args.delta_from_empty,
         depth: args.depth,
         force: args.force,
         after_phase: &|_| Ok(()),

@@ -152,6 +152,7 @@ fn do_publish(
             gpg_key: Some(&key.fingerprint),
             gpg_homedir: Some(key.home.path()),
             deltas: 2,
+            delta_from_empty: false,
             depth: 5,
             force: false,
             after_phase: after,
@@ -370,6 +371,12 @@ fn device_pulls_verifies_deploys_upgrades_by_delta_and_rolls_back() {
     assert_eq!(report.refs[0].previous.as_deref(), Some(v1.as_str()));
     assert!(
         report.refs[0].deltas.iter().any(|d| d.starts_with(&v1[..12])),
+        "{:?}",
+        report.refs[0]
+    );
+    // Not asked for (--delta-from-empty): no delta from empty.
+    assert!(
+        !report.refs[0].deltas.iter().any(|d| d.starts_with("empty-")),
         "{:?}",
         report.refs[0]
     );
@@ -599,6 +606,7 @@ fn refuses_rt_without_evidence_and_old_versions() {
             gpg_key: Some(&key.fingerprint),
             gpg_homedir: Some(key.home.path()),
             deltas: 1,
+            delta_from_empty: true,
             depth: 5,
             force: true,
             after_phase: &ok,
@@ -607,6 +615,13 @@ fn refuses_rt_without_evidence_and_old_versions() {
     )
     .unwrap();
     assert_eq!(forced.refs[0].commit, old);
+    // Asked for, the delta from empty is made (or skipped with its sizes).
+    let from_empty = format!("empty-{}", &old[..12]);
+    let entry = &forced.refs[0];
+    assert!(
+        entry.deltas.contains(&from_empty) || entry.skipped_deltas.iter().any(|s| s.starts_with(&from_empty)),
+        "{entry:?}"
+    );
 }
 
 #[test]
@@ -679,6 +694,7 @@ fn earlier_commits_are_published_and_pulled_by_checksum_up_to_depth() {
                 gpg_key: Some(&key.fingerprint),
                 gpg_homedir: Some(key.home.path()),
                 deltas: 2,
+                delta_from_empty: false,
                 depth,
                 force: false,
                 after_phase: &ok,

@@ -214,8 +214,12 @@ pub struct PublishOptions<'a> {
     /// CLI asks for that explicitly with `--unsigned`).
     pub gpg_key: Option<&'a str>,
     pub gpg_homedir: Option<&'a Path>,
-    /// Deltas from this many previously published commits per ref (plus one from empty).
+    /// Deltas from this many previously published commits per ref.
     pub deltas: usize,
+    /// Also a delta from empty to each tip, for first pulls. Off by default:
+    /// it costs minutes to generate and ostree clients pull the objects
+    /// fine without it.
+    pub delta_from_empty: bool,
     /// Parents of each ref's tip carried to the remote (commits with their
     /// trees and content), each with a delta to the tip, so devices can pull
     /// or deploy them by checksum.
@@ -676,8 +680,8 @@ fn copy_commit_objects(
 }
 
 /// Where the deltas to a ref's tip start: the carried parents, the commits
-/// the remote served recently, and empty (`None`), without repeats.
-fn delta_sources(plan: &Plan, deltas: usize) -> Vec<Option<String>> {
+/// the remote served recently, and empty (`None`) when asked, without repeats.
+fn delta_sources(plan: &Plan, deltas: usize, from_empty: bool) -> Vec<Option<String>> {
     let remote = plan
         .remote
         .iter()
@@ -690,7 +694,9 @@ fn delta_sources(plan: &Plan, deltas: usize) -> Vec<Option<String>> {
             sources.push(Some(commit.clone()));
         }
     }
-    sources.push(None);
+    if from_empty {
+        sources.push(None);
+    }
     sources
 }
 
@@ -705,7 +711,7 @@ fn copy_deltas(
     report: &mut PublishReport,
 ) -> Result<PublishedRef> {
     let mut entry = plan.entry();
-    for from in delta_sources(plan, options.deltas) {
+    for from in delta_sources(plan, options.deltas, options.delta_from_empty) {
         let delta = Delta {
             from: from.as_deref(),
             to: &plan.commit,
@@ -976,7 +982,7 @@ mod tests {
     }
 
     #[test]
-    fn delta_sources_cover_history_remote_and_empty_once() {
+    fn delta_sources_cover_history_remote_and_empty_when_asked_once() {
         let c = |n: u8| format!("{n:02x}").repeat(32);
         let plan = Plan {
             ref_name: "r".into(),
@@ -986,8 +992,12 @@ mod tests {
             remote: vec![(c(8), None), (c(5), None), (c(4), None)],
         };
         assert_eq!(
-            delta_sources(&plan, 2),
+            delta_sources(&plan, 2, true),
             vec![Some(c(8)), Some(c(7)), Some(c(5)), None]
+        );
+        assert_eq!(
+            delta_sources(&plan, 2, false),
+            vec![Some(c(8)), Some(c(7)), Some(c(5))]
         );
         assert_eq!(
             plan.commits().cloned().collect::<Vec<_>>(),
