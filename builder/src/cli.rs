@@ -15,6 +15,7 @@ use crate::error::{BadInput, exit, exit_code};
 use crate::ostree;
 use crate::pipeline::{self, PipelineReport};
 use crate::provision::ProvisionError;
+use crate::qualify;
 use crate::recipe::{DiskFormat, Recipe, Remote};
 use crate::stage::Stage;
 use crate::stages::boot::{self, Accel, BootOptions};
@@ -57,6 +58,11 @@ pub enum Command {
     Vm(VmArgs),
     /// Write a GPT disk image that boots a tagged ref under UEFI.
     Disk(DiskArgs),
+    /// Measure candidate machines booted from the live ISO over SSH, and
+    /// store a signed qualification record per machine beside the commit.
+    Qualify(QualifyArgs),
+    /// Move a release ref to a commit only on valid signed PASS records.
+    Promote(PromoteArgs),
 }
 
 #[derive(Args, Debug)]
@@ -157,6 +163,68 @@ pub struct InspectArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct QualifyArgs {
+    /// Machines booted from the live ISO: USER@HOST, USER@HOST:PORT or USER@[IPV6]:PORT.
+    #[arg(value_name = "TARGET", required = true)]
+    targets: Vec<String>,
+    /// The repo holding the ref; the records are stored beside its commit.
+    #[arg(long)]
+    repo: PathBuf,
+    /// The tagged rt ref whose kernel the machines must run.
+    #[arg(long = "ref", value_name = "REF")]
+    ref_name: String,
+    /// Seconds of measurement on each machine.
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    duration: u64,
+    /// Worst-case latency allowed, in microseconds.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    budget: u64,
+    /// The SSH private key to log in with.
+    #[arg(short = 'i', value_name = "KEY")]
+    identity: Option<PathBuf>,
+    /// The SSH port of targets that name none.
+    #[arg(long, default_value_t = 22, value_parser = clap::value_parser!(u16).range(1..))]
+    port: u16,
+    /// Trust only the host keys in this known_hosts file [default: take
+    /// each machine's key once at the start, show it and pin it for the run].
+    #[arg(long, value_name = "FILE")]
+    known_hosts: Option<PathBuf>,
+    /// Also keep each machine's files here, in HOST-PORT/.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// The GPG key that signs the records.
+    #[arg(long, value_name = "KEYID")]
+    gpg_key: String,
+    /// The GnuPG home holding that key [default: $GNUPGHOME, else ~/.gnupg].
+    #[arg(long, value_name = "DIR")]
+    gpg_homedir: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct PromoteArgs {
+    #[arg(long)]
+    repo: PathBuf,
+    /// The qualified ref (e.g. emberrtos/x86_64/rt).
+    #[arg(long, value_name = "REF")]
+    from: String,
+    /// The release ref to move (e.g. emberrtos/x86_64/rt-stable).
+    #[arg(long, value_name = "REF")]
+    to: String,
+    /// The GPG key that must have signed the records; it signs the promotion.
+    #[arg(long, value_name = "KEYID")]
+    gpg_key: String,
+    /// The GnuPG home holding that key [default: $GNUPGHOME, else ~/.gnupg].
+    #[arg(long, value_name = "DIR")]
+    gpg_homedir: Option<PathBuf>,
+    /// A hardware id that must have a PASS; repeatable.
+    #[arg(long = "require", value_name = "HARDWARE-ID")]
+    require: Vec<String>,
+    /// Distinct platforms that must have a PASS.
+    #[arg(long, default_value_t = 1)]
+    min_platforms: usize,
+}
+
+#[derive(Args, Debug)]
 pub struct ConfigMediumArgs {
     /// The provision.yaml to validate and put on the medium.
     provision: PathBuf,
@@ -202,6 +270,14 @@ pub struct VmArgs {
     /// Guest memory.
     #[arg(long, value_name = "MIB", default_value_t = 1536, value_parser = clap::value_parser!(u32).range(128..))]
     memory: u32,
+    /// Give the guest its own SMBIOS identity, so two guests look like two
+    /// machines (the guest reads it in /sys/class/dmi/id/); repeatable, each
+    /// FIELD at most once. FIELD: sys-vendor, product-name,
+    /// product-version, serial, board-vendor, board-name, bios-vendor,
+    /// bios-version. VALUE: 1-64 of `A-Za-z0-9 ._+()/-` (no comma), e.g.
+    /// `--dmi "sys-vendor=Acme Corp" --dmi serial=SN-0042`.
+    #[arg(long = "dmi", value_name = "FIELD=VALUE", value_parser = vm::parse_dmi_setting)]
+    dmi: Vec<vm::DmiSetting>,
 }
 
 #[derive(Args, Debug)]
@@ -313,6 +389,8 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::ConfigMedium(args) => run_config_medium(args, cli.json),
         Command::Vm(args) => run_vm(args, &ui, cli.json),
         Command::Disk(args) => run_disk(args, &ui, cli.json),
+        Command::Qualify(args) => run_qualify(args, &ui, cli.json),
+        Command::Promote(args) => run_promote(args, &ui, cli.json),
     }
 }
 
@@ -424,7 +502,7 @@ fn render_publish(report: &publish::PublishReport) -> String {
             report.destination
         );
     }
-    report
+    let mut out: String = report
         .refs
         .iter()
         .map(|r| {
@@ -437,20 +515,87 @@ fn render_publish(report: &publish::PublishReport) -> String {
                 r.deltas.join(", ")
             )
         })
-        .collect()
+        .collect();
+    if report.records_copied > 0 {
+        out.push_str(&format!("records-copied: {}\n", report.records_copied));
+    }
+    out
 }
 
 fn run_inspect(args: InspectArgs, json: bool) -> Result<u8> {
     let repository = ostree::open(&args.repo)?;
     let info = ostree::read_commit(&repository, &args.ref_name)?;
     let evidence = commit::full_evidence(&info).ok();
+    let records = qualify::listing::list(&args.repo, &info.checksum)?;
     if json {
         let mut doc = serde_json::to_value(&info)?;
         doc["evidence"] = serde_json::to_value(&evidence)?;
+        doc["qualifications"] = serde_json::to_value(&records.qualifications)?;
+        doc["promotions"] = serde_json::to_value(&records.promotions)?;
         print_json(&doc)?;
     } else {
         print!("{}", render_commit(&info, evidence.as_ref()));
+        print!("{}", qualify::listing::render(&records));
     }
+    Ok(exit::OK)
+}
+
+fn parse_targets(texts: &[String], port: u16) -> Result<Vec<qualify::target::Target>> {
+    let mut targets: Vec<qualify::target::Target> = Vec::new();
+    for text in texts {
+        let target =
+            qualify::target::Target::parse(text, port).map_err(|e| BadInput::new("TARGET", e.to_string()))?;
+        if targets.contains(&target) {
+            return Err(BadInput::new("TARGET", format!("{target} is named twice")).into());
+        }
+        targets.push(target);
+    }
+    Ok(targets)
+}
+
+fn run_qualify(args: QualifyArgs, ui: &Ui, json: bool) -> Result<u8> {
+    let request = qualify::QualifyRequest {
+        targets: parse_targets(&args.targets, args.port)?,
+        repo: args.repo,
+        ref_name: args.ref_name,
+        run: qualify::measure::Run {
+            duration_s: args.duration,
+            budget_us: args.budget,
+        },
+        ssh: qualify::ssh::SshOptions {
+            identity: args.identity,
+            known_hosts: args.known_hosts,
+        },
+        out: args.out,
+        gpg_key: args.gpg_key,
+        gpg_homedir: args.gpg_homedir,
+    };
+    let report = qualify::qualify(&request, ui)?;
+    if json {
+        print_json(&serde_json::to_value(&report)?)?;
+    } else {
+        print!("{}", qualify::render(&report));
+    }
+    Ok(report.exit_code())
+}
+
+fn run_promote(args: PromoteArgs, ui: &Ui, json: bool) -> Result<u8> {
+    let request = qualify::promote::PromoteRequest {
+        repo: args.repo,
+        from: args.from,
+        to: args.to,
+        gpg_key: args.gpg_key,
+        gpg_homedir: args.gpg_homedir,
+        require: args.require,
+        min_platforms: args.min_platforms,
+    };
+    qualify::promote::promote(&request, ui, &mut |report| {
+        if json {
+            let _ = print_json(&serde_json::to_value(report).unwrap_or_default());
+        } else {
+            print!("{}", qualify::promote::render(&report.rows));
+        }
+    })?;
     Ok(exit::OK)
 }
 
@@ -488,6 +633,9 @@ fn run_config_medium(args: ConfigMediumArgs, json: bool) -> Result<u8> {
 }
 
 fn run_vm(args: VmArgs, ui: &Ui, json: bool) -> Result<u8> {
+    // Each value was checked by clap; a field given twice is refused here
+    // (exit 2), before anything is read or started.
+    let dmi = vm::Dmi::new(args.dmi).map_err(|e| BadInput::new("--dmi", e.to_string()))?;
     let options = vm::VmOptions {
         accel: args.accel,
         memory_mib: args.memory,
@@ -498,6 +646,7 @@ fn run_vm(args: VmArgs, ui: &Ui, json: bool) -> Result<u8> {
         console: args.console,
         host_ports: args.host_ports,
         overlay: args.overlay,
+        dmi,
     };
     let report = vm::run(&args.disk, &options, ui)?;
     if json {

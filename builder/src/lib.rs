@@ -16,6 +16,7 @@ pub mod io;
 pub mod ostree;
 pub mod pipeline;
 pub mod provision;
+pub mod qualify;
 pub mod recipe;
 pub mod stage;
 pub mod stages;

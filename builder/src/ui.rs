@@ -4,7 +4,7 @@
 use std::io::IsTerminal;
 use std::time::Duration;
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 #[derive(Clone, Debug)]
 pub struct Ui {
@@ -34,6 +34,16 @@ impl Ui {
 
     pub fn warn(&self, message: impl AsRef<str>) {
         eprintln!("warning: {}", message.as_ref());
+    }
+
+    /// Whether bars are drawn (a terminal, no `--json`).
+    pub fn is_animated(&self) -> bool {
+        self.animate
+    }
+
+    /// Bars drawn together, one line each (hidden when not animated).
+    pub fn multi(&self) -> MultiProgress {
+        MultiProgress::with_draw_target(self.target())
     }
 
     fn target(&self) -> ProgressDrawTarget {

@@ -17,7 +17,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{GpgKey, Kernel, StaticServer, ostree, run};
+use common::{GpgKey, Kernel, StaticServer, ostree, run, text};
 use imgbuild::device::grubenv;
 use imgbuild::ostree::{self as ost, CommitRequest, MetaValue};
 use imgbuild::recipe::Flavor;
@@ -365,15 +365,6 @@ impl Device {
 fn commit_kargs(repo: &Path, rev: &str) -> Vec<String> {
     let info = ost::read_commit(&ost::open(repo).unwrap(), rev).unwrap();
     commit::kargs_of(&info).unwrap()
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "exit {:?}\n{}{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 fn expected_kargs(commit_kargs: &[&str]) -> String {

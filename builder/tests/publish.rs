@@ -10,6 +10,7 @@ use std::process::Command;
 use common::{GpgKey, StaticServer, ostree, run};
 use imgbuild::commands::publish::{LocalDir, Phase, PublishOptions, PublishReport, publish};
 use imgbuild::error::{exit, exit_code};
+use imgbuild::io::records::{self, RecordKind};
 use imgbuild::ostree as ost;
 use imgbuild::recipe::Flavor;
 use imgbuild::stages::commit::{self, CommitFacts};
@@ -791,4 +792,188 @@ fn versions_follow_debian_order_and_invalid_ones_are_refused() {
     let err = f.publish(&ok).unwrap_err();
     assert!(format!("{err:#}").contains("is not newer"), "{err:#}");
     assert_eq!(served().as_deref(), Some(revision.as_str()));
+}
+
+/// The record files (signatures included) under `root`, as (relative path, bytes), sorted.
+fn record_files(root: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut files: Vec<_> = ["qualifications", "promotions"]
+        .iter()
+        .flat_map(|dir| {
+            walkdir::WalkDir::new(root.join(dir))
+                .into_iter()
+                .filter_map(Result::ok)
+        })
+        .filter(|e| e.file_type().is_file())
+        .map(|e| {
+            let rel = e.path().strip_prefix(root).unwrap().to_path_buf();
+            (rel, std::fs::read(e.path()).unwrap())
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+fn armored(what: &str) -> Vec<u8> {
+    format!("-----BEGIN PGP SIGNATURE-----\n\n{what}\n-----END PGP SIGNATURE-----\n").into_bytes()
+}
+
+#[test]
+fn signed_records_go_out_before_the_ref_and_planted_links_stop_the_publish() {
+    let f = Fixture::new();
+    let remote = &f.remote;
+    let served = || ost::resolve(&ost::open(remote).unwrap(), REF).unwrap();
+    let v1 = f.build(1, "2026.11.1");
+    let qualification = br#"{"verdict":"PASS","worst-us":41}"#;
+    records::store(
+        &f.repo,
+        RecordKind::Qualification,
+        &v1,
+        "lab-a.json",
+        qualification,
+        &armored("qa"),
+    )
+    .unwrap();
+    let promotion = br#"{"to":"emberrtos/x86_64/rt-stable"}"#;
+    records::store(
+        &f.repo,
+        RecordKind::Promotion,
+        &v1,
+        "rt-stable.json",
+        promotion,
+        &armored("pa"),
+    )
+    .unwrap();
+
+    // When the records phase ends they are served; the ref is not there yet.
+    let records_before_ref = |phase: Phase| {
+        if phase == Phase::Records {
+            assert_eq!(record_files(remote), record_files(&f.repo));
+            assert_eq!(served(), None, "the ref moved before the records went out");
+        }
+        Ok(())
+    };
+    let report = f.publish(&records_before_ref).unwrap();
+    assert_eq!(report.records_copied, 2);
+    assert_eq!(serde_json::to_value(&report).unwrap()["records-copied"], 2);
+    assert_eq!(served().as_deref(), Some(v1.as_str()));
+    let q = Path::new("qualifications").join(&v1);
+    let p = Path::new("promotions").join(&v1);
+    assert_eq!(
+        record_files(remote),
+        vec![
+            (p.join("rt-stable.json"), promotion.to_vec()),
+            (p.join("rt-stable.json.sig"), armored("pa")),
+            (q.join("lab-a.json"), qualification.to_vec()),
+            (q.join("lab-a.json.sig"), armored("qa")),
+        ]
+    );
+    let again = f.publish(&ok).unwrap();
+    assert!(again.no_op && again.records_copied == 0, "{again:?}");
+
+    // A record added after the commit went out: the remote serves the
+    // commit already, and the record still goes (and only it).
+    let late = br#"{"verdict":"PASS","worst-us":38}"#;
+    records::store(
+        &f.repo,
+        RecordKind::Qualification,
+        &v1,
+        "lab-b.json",
+        late,
+        &armored("qb"),
+    )
+    .unwrap();
+    let report = f.publish(&ok).unwrap();
+    assert!(!report.no_op);
+    assert_eq!(report.records_copied, 1);
+    assert_eq!(record_files(remote), record_files(&f.repo));
+    assert_eq!(record_files(remote).len(), 6);
+    // A record without its signature is not sent.
+    std::fs::write(f.repo.join(&q).join("unsigned.json"), b"{}").unwrap();
+    let report = f.publish(&ok).unwrap();
+    assert!(report.no_op && report.records_copied == 0, "{report:?}");
+    assert!(!remote.join(&q).join("unsigned.json").exists());
+    assert_eq!(temps(remote), Vec::<PathBuf>::new());
+
+    // v2 whose qualifications dir is a planted link: publish fails naming
+    // it, before anything reaches the remote.
+    let v2 = f.build(2, "2026.11.2");
+    let elsewhere = f.dir.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::fs::write(elsewhere.join("secret.json"), b"host secret").unwrap();
+    std::fs::write(elsewhere.join("secret.json.sig"), armored("s")).unwrap();
+    let link = f.repo.join("qualifications").join(&v2);
+    std::os::unix::fs::symlink(&elsewhere, &link).unwrap();
+    let err = f.publish(&ok).unwrap_err();
+    assert!(
+        format!("{err:#}").contains(&link.display().to_string()),
+        "{err:#}"
+    );
+    assert_eq!(served().as_deref(), Some(v1.as_str()), "the ref moved");
+    assert!(!remote.join("qualifications").join(&v2).exists());
+    assert!(
+        !remote.join(object_rel(&v2)).exists(),
+        "objects went out before the refusal"
+    );
+
+    // A link planted on the remote where v2's promotions go: refused too,
+    // nothing written through it, and the ref stays.
+    std::fs::remove_file(&link).unwrap();
+    records::store(
+        &f.repo,
+        RecordKind::Qualification,
+        &v2,
+        "lab-a.json",
+        late,
+        &armored("q2"),
+    )
+    .unwrap();
+    records::store(
+        &f.repo,
+        RecordKind::Promotion,
+        &v2,
+        "rt-stable.json",
+        promotion,
+        &armored("p2"),
+    )
+    .unwrap();
+    let outside = f.dir.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    let remote_link = remote.join("promotions").join(&v2);
+    std::os::unix::fs::symlink(&outside, &remote_link).unwrap();
+    let err = f.publish(&ok).unwrap_err();
+    assert!(
+        format!("{err:#}").contains(&remote_link.display().to_string()),
+        "{err:#}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&outside).unwrap().count(),
+        0,
+        "written through the remote's link"
+    );
+    assert_eq!(served().as_deref(), Some(v1.as_str()), "the ref moved");
+    assert_eq!(temps(remote), Vec::<PathBuf>::new());
+
+    // Without the link the rerun completes: v2 with its records (the
+    // qualification went out before the refusal: only the promotion is new).
+    std::fs::remove_file(&remote_link).unwrap();
+    let report = f.publish(&ok).unwrap();
+    assert_eq!(report.records_copied, 1);
+    assert_eq!(served().as_deref(), Some(v2.as_str()));
+    let of_v2 = |files: Vec<(PathBuf, Vec<u8>)>| -> Vec<_> {
+        files
+            .into_iter()
+            .filter(|(rel, _)| rel.parent().is_some_and(|d| d.ends_with(&v2)))
+            .collect()
+    };
+    assert_eq!(of_v2(record_files(remote)), of_v2(record_files(&f.repo)));
+    assert_eq!(of_v2(record_files(remote)).len(), 4);
+    assert_eq!(
+        std::fs::read(remote.join("promotions").join(&v2).join("rt-stable.json.sig")).unwrap(),
+        armored("p2")
+    );
+}
+
+/// A commit object's path in a repo.
+fn object_rel(commit: &str) -> PathBuf {
+    imgbuild::commands::publish::object_path(commit, ::ostree::ObjectType::Commit)
 }

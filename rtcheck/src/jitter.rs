@@ -5,6 +5,8 @@
 //!
 //! The field names and their order are the serialized form: the report is
 //! also read by scripts, so a change here is a schema change.
+//!
+//! [`Progress`] is the line `jitter --progress` prints while it measures.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -12,6 +14,8 @@ use std::fmt;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::Evidence;
+
+pub use crate::progress::Progress;
 
 /// Bumped on any incompatible change to the JSON report.
 pub const SCHEMA: &str = "jitter-report/1";

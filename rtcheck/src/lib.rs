@@ -2,7 +2,8 @@
 //! tool: one implementation of "is this kernel PREEMPT_RT".
 //!
 //! Everything here is a pure function over bytes or text; callers do the I/O.
-//! [`jitter`] holds the data types of jitter's JSON report, which both read.
+//! [`jitter`] holds the data types of jitter's JSON report and of its
+//! `--progress` lines, which both read.
 
 #[cfg(feature = "image")]
 pub mod bzimage;
@@ -11,6 +12,7 @@ pub mod evidence;
 pub mod ikconfig;
 pub mod jitter;
 pub mod kconfig;
+mod progress;
 pub mod uts;
 pub mod vermagic;
 

@@ -1,6 +1,7 @@
 //! `imgbuild publish`: copies tagged commits from the local archive repo to
 //! an ostree remote's web root in an order that never lets a client see a
-//! ref to missing content: objects, then static deltas, then refs, then the
+//! ref to missing content: objects, then static deltas, then the commits'
+//! signed records (qualifications, promotions), then refs, then the
 //! (signed) summary. Every file is written to a temp name and renamed.
 
 use std::collections::BTreeSet;
@@ -12,6 +13,7 @@ use glib::prelude::*;
 use ostree::gio;
 use serde::{Deserialize, Serialize};
 
+use crate::io::records::{self, RecordKind, StoredRecord};
 use crate::ostree as ost;
 use crate::stages::commit;
 use crate::ui::Ui;
@@ -71,9 +73,15 @@ impl LocalDir {
         })
     }
 
+    /// A temp file in the directory of `rel`, which is made when missing.
+    /// The web root may hold planted links (`qualifications -> /etc`): every
+    /// directory on the way must be a real one, never a symlink, so a write
+    /// cannot land outside it.
     fn temp_in(&self, rel: &Path) -> Result<tempfile::NamedTempFile> {
-        let dir = self.root.join(rel.parent().unwrap_or(Path::new("")));
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let parent = rel.parent().unwrap_or(Path::new(""));
+        let root = crate::io::root::ImageRoot::open(&self.root)?;
+        records::real_dirs(&root, parent, true)?;
+        let dir = self.root.join(parent);
         tempfile::Builder::new()
             .prefix(TEMP_PREFIX)
             .tempfile_in(&dir)
@@ -138,12 +146,28 @@ impl Transport for LocalDir {
         Ok(self.root.join(rel).exists())
     }
 
+    /// Never through a link planted at the name (an error), and a FIFO
+    /// there cannot hang the read.
     fn read(&self, rel: &Path) -> Result<Option<Vec<u8>>> {
-        match std::fs::read(self.root.join(rel)) {
-            Ok(data) => Ok(Some(data)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e).with_context(|| format!("reading {}", self.root.join(rel).display())),
+        use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = self.root.join(rel);
+        let opened = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&path);
+        let mut file = match opened {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        };
+        if !file.metadata()?.is_file() {
+            bail!("{} is not a regular file", path.display());
         }
+        let mut data = Vec::new();
+        file.read_to_end(&mut data)
+            .with_context(|| format!("reading {}", path.display()))?;
+        Ok(Some(data))
     }
 
     fn put(&self, rel: &Path, data: &[u8]) -> Result<()> {
@@ -190,6 +214,7 @@ impl Transport for LocalDir {
 pub enum Phase {
     Objects,
     Deltas,
+    Records,
     Refs,
     Summary,
 }
@@ -199,6 +224,7 @@ impl fmt::Display for Phase {
         f.write_str(match self {
             Phase::Objects => "objects",
             Phase::Deltas => "static deltas",
+            Phase::Records => "records",
             Phase::Refs => "refs",
             Phase::Summary => "summary",
         })
@@ -252,6 +278,9 @@ pub struct PublishReport {
     pub objects_copied: usize,
     pub bytes_copied: u64,
     pub delta_files_copied: usize,
+    /// Qualification and promotion records sent (with their signatures):
+    /// those the remote did not have byte-identical.
+    pub records_copied: usize,
     /// Temp files a killed publish had left at the destination, removed.
     pub stale_temps_removed: usize,
     /// True when the remote already had everything.
@@ -436,8 +465,13 @@ pub fn publish(
         .map(|ref_name| plan_ref(&repo, source, transport, ref_name, options, ui))
         .collect::<Result<Vec<_>>>()?;
     sign_commits(&repo, &plans, options, ui)?;
+    // Read before anything is copied: a repo that holds a planted link
+    // fails here, with the remote untouched.
+    let records = read_records(source, &plans)?;
 
     if served_already(transport, &plans)? {
+        // Records added since the commits went out still go.
+        copy_records(transport, &records, ui, &mut report)?;
         return finish_served(source, &repo, transport, &plans, options, ui, report);
     }
     ui.step("publish", format!("objects to {}", transport.describe()));
@@ -450,6 +484,10 @@ pub fn publish(
         .map(|plan| copy_deltas(&repo, source, transport, plan, options, ui, &mut report))
         .collect::<Result<Vec<_>>>()?;
     (options.after_phase)(Phase::Deltas)?;
+
+    ui.step("publish", "records");
+    copy_records(transport, &records, ui, &mut report)?;
+    (options.after_phase)(Phase::Records)?;
 
     ui.step("publish", "refs");
     move_refs(transport, &plans, ui)?;
@@ -603,7 +641,8 @@ fn served_already(transport: &dyn Transport, plans: &[Plan]) -> Result<bool> {
 }
 
 /// The remote serves every commit already: bring signatures and the summary
-/// up to date if they are not (an interrupted publish), else report a no-op.
+/// up to date if they are not (an interrupted publish), else report a no-op
+/// (records copied just before count as a change).
 fn finish_served(
     source: &Path,
     repo: &ostree::Repo,
@@ -613,7 +652,7 @@ fn finish_served(
     ui: &Ui,
     mut report: PublishReport,
 ) -> Result<PublishReport> {
-    let mut changed = false;
+    let mut changed = report.records_copied > 0;
     for commit in plans.iter().flat_map(Plan::commits) {
         changed |= sync_commitmeta(source, transport, commit, &mut report)?;
     }
@@ -812,6 +851,83 @@ fn copy_delta(
     Ok(DeltaOutcome::Published)
 }
 
+/// The records of one kind of one published commit, as read from the source.
+struct CommitRecords {
+    commit: String,
+    kind: RecordKind,
+    records: Vec<StoredRecord>,
+}
+
+/// Every record of the commits the plans publish (each commit once).
+fn read_records(source: &Path, plans: &[Plan]) -> Result<Vec<CommitRecords>> {
+    let mut seen = BTreeSet::new();
+    let mut all = Vec::new();
+    for commit in plans.iter().flat_map(Plan::commits) {
+        if !seen.insert(commit) {
+            continue;
+        }
+        for kind in RecordKind::ALL {
+            let records = records::list(source, kind, commit)
+                .with_context(|| format!("reading the {kind} records of {commit}"))?;
+            if !records.is_empty() {
+                all.push(CommitRecords {
+                    commit: commit.clone(),
+                    kind,
+                    records,
+                });
+            }
+        }
+    }
+    Ok(all)
+}
+
+/// Records phase: to the same paths on the remote, each directory's
+/// signatures before its records, so a record is never served without its
+/// signature. A record without one is not sent (a verifier refuses it).
+fn copy_records(
+    transport: &dyn Transport,
+    all: &[CommitRecords],
+    ui: &Ui,
+    report: &mut PublishReport,
+) -> Result<()> {
+    for set in all {
+        let dir = set.kind.commit_dir(&set.commit);
+        let mut signed = Vec::new();
+        for record in &set.records {
+            match &record.signature {
+                Some(signature) => signed.push((record, signature)),
+                None => ui.note(format!(
+                    "not published: {} has no signature",
+                    dir.join(&record.name).display()
+                )),
+            }
+        }
+        let mut copied = BTreeSet::new();
+        for (record, signature) in &signed {
+            if put_if_changed(transport, &dir.join(record.signature_name()), signature)? {
+                copied.insert(&record.name);
+            }
+        }
+        for (record, _) in &signed {
+            if put_if_changed(transport, &dir.join(&record.name), &record.json)? {
+                copied.insert(&record.name);
+            }
+        }
+        report.records_copied += copied.len();
+    }
+    Ok(())
+}
+
+/// Writes `data` to `rel` unless the remote has it byte-identical; returns
+/// whether it wrote.
+fn put_if_changed(transport: &dyn Transport, rel: &Path, data: &[u8]) -> Result<bool> {
+    if transport.read(rel)?.as_deref() == Some(data) {
+        return Ok(false);
+    }
+    transport.put(rel, data)?;
+    Ok(true)
+}
+
 /// Refs phase: each ref moves to its tip.
 fn move_refs(transport: &dyn Transport, plans: &[Plan], ui: &Ui) -> Result<()> {
     for plan in plans {
@@ -868,10 +984,9 @@ fn sync_commitmeta(
         return Ok(false);
     }
     let data = std::fs::read(&local)?;
-    if transport.read(&rel)?.as_deref() == Some(&data[..]) {
+    if !put_if_changed(transport, &rel, &data)? {
         return Ok(false);
     }
-    transport.put(&rel, &data)?;
     report.objects_copied += 1;
     report.bytes_copied += data.len() as u64;
     Ok(true)

@@ -2,7 +2,9 @@
 //! tree), hashing, archive extraction, initramfs writing, QEMU.
 
 pub mod extract;
+pub mod gpg;
 pub mod hashing;
 pub mod initramfs;
 pub mod qemu;
+pub mod records;
 pub mod root;

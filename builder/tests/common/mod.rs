@@ -317,25 +317,31 @@ pub struct GpgKey {
     pub keyring_dir: PathBuf,
 }
 
-impl GpgKey {
-    pub fn generate(name: &str) -> GpgKey {
-        let home = tempfile::Builder::new().prefix("gpg").tempdir_in("/tmp").unwrap();
-        let gpg = |args: &[&str]| {
-            let out = std::process::Command::new("gpg")
-                .arg("--homedir")
-                .arg(home.path())
-                .arg("--batch")
-                .args(args)
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "gpg {args:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            String::from_utf8_lossy(&out.stdout).into_owned()
-        };
-        gpg(&[
+/// Runs `gpg --batch ARGS` in `home`, asserts it succeeded and returns its stdout.
+fn gpg_in(home: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("gpg")
+        .arg("--homedir")
+        .arg(home)
+        .arg("--batch")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "gpg {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Generates a passphrase-less ed25519 signing key `name <name@example.org>`
+/// in `home`; returns its fingerprint.
+fn gen_key(home: &Path, name: &str) -> String {
+    let status = gpg_in(
+        home,
+        &[
+            "--status-fd",
+            "1",
             "--passphrase",
             "",
             "--quick-gen-key",
@@ -343,16 +349,30 @@ impl GpgKey {
             "ed25519",
             "sign",
             "never",
-        ]);
-        let listing = gpg(&["--with-colons", "--list-keys"]);
-        let fingerprint = listing
+        ],
+    );
+    let fingerprint = status
+        .lines()
+        .find_map(|l| l.strip_prefix("[GNUPG:] KEY_CREATED "))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap_or_else(|| panic!("no KEY_CREATED: {status}"))
+        .to_string();
+    // The key is in the keyring, as a secret key, under that fingerprint.
+    let listing = gpg_in(home, &["--with-colons", "--list-secret-keys", &fingerprint]);
+    assert!(
+        listing
             .lines()
-            .find(|l| l.starts_with("fpr:"))
-            .unwrap()
-            .split(':')
-            .nth(9)
-            .unwrap()
-            .to_string();
+            .any(|l| l.starts_with("fpr:") && l.split(':').nth(9) == Some(fingerprint.as_str())),
+        "{listing}"
+    );
+    fingerprint
+}
+
+impl GpgKey {
+    pub fn generate(name: &str) -> GpgKey {
+        let home = tempfile::Builder::new().prefix("gpg").tempdir_in("/tmp").unwrap();
+        let gpg = |args: &[&str]| gpg_in(home.path(), args);
+        let fingerprint = gen_key(home.path(), name);
         let public = home.path().join("public.asc");
         std::fs::write(&public, gpg(&["--armor", "--export", &fingerprint])).unwrap();
         let keyring_dir = home.path().join("keyring");
@@ -370,6 +390,14 @@ impl GpgKey {
             public,
             keyring_dir,
         }
+    }
+
+    /// Generates another secret key `name` in this key's homedir; returns
+    /// its fingerprint.
+    pub fn add_key(&self, name: &str) -> String {
+        let fingerprint = gen_key(self.home.path(), name);
+        assert_ne!(fingerprint, self.fingerprint);
+        fingerprint
     }
 }
 
@@ -539,6 +567,16 @@ impl Kernel {
             .insert(0, imgbuild::stages::verify::config_check(42, true));
         evidence
     }
+}
+
+/// A finished command's exit code, stdout and stderr, for assertion messages.
+pub fn text(out: &std::process::Output) -> String {
+    format!(
+        "exit {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
 }
 
 /// Runs `cmd`, asserts it succeeded (its output in the message) and returns its stdout.

@@ -56,6 +56,11 @@ pub struct Cli {
     /// Largest histogram bucket, in microseconds.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub histogram_max: u32,
+    /// Every 2 s while measuring, print on stderr
+    /// `jitter: progress ELAPSED/TOTAL s, worst case MAX us` (without the
+    /// worst case until cyclictest has reported one).
+    #[arg(long)]
+    pub progress: bool,
 }
 
 fn parse_cpus(text: &str) -> Result<CpuSet, String> {
@@ -99,6 +104,7 @@ fn execute(cli: &Cli) -> Result<u8> {
         priority: cli.priority,
         no_load: cli.no_load,
         histogram_max_us: cli.histogram_max,
+        progress: cli.progress,
     };
     let report = run(&options, outputs.cyclictest)?;
     if outputs.json_to_stdout {

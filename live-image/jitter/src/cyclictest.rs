@@ -2,9 +2,11 @@
 //!
 //! Supported output: the `-h` histogram text of rt-tests 2.4 (Debian 12) and
 //! later (2.7 dropped the `# Total:` line, so totals are computed here), the
-//! `-q` summary lines, and the `--json` file where the installed version has it.
+//! `-q` summary lines, the status lines it prints on stderr on SIGUSR1, and
+//! the `--json` file where the installed version has it.
 
 use std::collections::BTreeMap;
+use std::io::BufRead;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -257,6 +259,44 @@ pub fn parse_summary(text: &str) -> Result<Vec<Summary>, ParseError> {
     Ok(out)
 }
 
+/// The lines around the per-thread status lines cyclictest prints on stderr
+/// when it receives SIGUSR1.
+const STATUS_FRAME: [&str; 2] = ["#---------------------------", "# cyclictest current status:"];
+
+/// The worst latency so far in one of the status lines cyclictest prints on
+/// SIGUSR1 (the `-q` summary line form); `None` for any other line, and for
+/// a thread that has not measured a cycle yet (its `Max:` is then 0).
+pub fn status_max(line: &str) -> Option<u64> {
+    let [summary] = <[Summary; 1]>::try_from(parse_summary(line).ok()?).ok()?;
+    (summary.cycles > 0).then_some(summary.max_us)
+}
+
+fn is_status(line: &str) -> bool {
+    let line = line.trim();
+    line.starts_with("T:") || STATUS_FRAME.contains(&line)
+}
+
+/// Reads cyclictest's stderr to its end, whatever its bytes: stopping early
+/// would kill cyclictest with SIGPIPE at its next status print. Passes the
+/// worst latency of each status line to `on_max`; returns everything else
+/// (its warnings and errors).
+pub fn read_stderr(mut stderr: impl BufRead, mut on_max: impl FnMut(u64)) -> String {
+    let mut kept = String::new();
+    let mut bytes = Vec::new();
+    // read_until retries when interrupted; another error ends the pipe.
+    while stderr.read_until(b'\n', &mut bytes).is_ok_and(|read| read > 0) {
+        let line = String::from_utf8_lossy(&bytes);
+        if let Some(max) = status_max(&line) {
+            on_max(max);
+        }
+        if !is_status(&line) {
+            kept.push_str(&line);
+        }
+        bytes.clear();
+    }
+    kept
+}
+
 /// Parses the `--json` file. Its histogram has no overflow bucket: overflows
 /// are the cycles the histogram does not account for.
 pub fn parse_json(text: &str) -> Result<Vec<ThreadResult>, ParseError> {
@@ -393,12 +433,60 @@ mod tests {
         assert!(parse_summary("T: x").is_err());
     }
 
+    #[test]
+    fn status_lines_give_their_worst_case() {
+        // As rt-tests 2.4 prints them on SIGUSR1.
+        let line = "T: 0 ( 5951) P:99 I:200 C:   6318 Min:      9 Act:   15 Avg:   19 Max:     407\n";
+        assert_eq!(status_max(line), Some(407));
+        assert_eq!(
+            status_max("T:12 ( 1234) P:99 I:200 C:   1000 Min:  3 Act:  5 Avg:  4 Max:  42\r"),
+            Some(42)
+        );
+        assert_eq!(
+            status_max("T: 0 ( 5951) P:99 I:200 C:      0 Min:1000000 Act:    0 Avg:    0 Max:       0"),
+            None,
+            "no cycle measured yet"
+        );
+        for other in [
+            "",
+            "#---------------------------",
+            "# cyclictest current status:",
+            "# Max Latencies: 00407",
+            "WARN: distance is ignored and set to 0, if histogram enabled",
+            "T: 0 ( 5951) P:99 I:200 C:   6318 Min:      9 Act:   15 Avg:   19 Max:",
+            "T: 0 ( 5951) P:99 I:200 C:   6318 Min:      9 Act:   15 Avg:   19 Max: x",
+            "T: 0 ( 1) C: 1 Min: 1 Avg: 1 Max: 1\nT: 1 ( 2) C: 1 Min: 1 Avg: 1 Max: 2",
+        ] {
+            assert_eq!(status_max(other), None, "{other:?}");
+        }
+    }
+
+    #[test]
+    fn stderr_is_read_to_its_end_status_apart() {
+        let stderr: &[u8] = b"WARN: distance is ignored and set to 0, if histogram enabled\n\
+            #---------------------------\n\
+            # cyclictest current status:\n\
+            T: 0 ( 5951) P:99 I:200 C:   6318 Min:      9 Act:   15 Avg:   19 Max:     407\n\
+            T: 1 ( 5952) P:99 I:200 C:   6318 Min:      9 Act:   15 Avg:   19 Max:      87\n\
+            #---------------------------\n\
+            bad \xff bytes\n\
+            T: 0 ( 5951) P:99 I:200 C:  11313 Min:      9 Act:   14 Avg:   18 Max:    1957";
+        let mut maxes = Vec::new();
+        let kept = read_stderr(stderr, |max| maxes.push(max));
+        assert_eq!(maxes, [407, 87, 1957]);
+        assert_eq!(
+            kept,
+            "WARN: distance is ignored and set to 0, if histogram enabled\nbad \u{fffd} bytes\n"
+        );
+    }
+
     proptest::proptest! {
         #[test]
         fn parsers_never_panic(text in "\\PC*") {
             let _ = parse_histogram(&text);
             let _ = parse_summary(&text);
             let _ = parse_json(&text);
+            let _ = status_max(&text);
         }
 
         #[test]

@@ -9,6 +9,7 @@ pub mod cpus;
 pub mod cyclictest;
 pub mod load;
 pub mod output;
+pub mod progress;
 pub mod report;
 pub mod run;
 pub mod system;

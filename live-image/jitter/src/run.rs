@@ -1,7 +1,7 @@
 //! One measurement: pick the CPUs, start the load, run cyclictest, stop the
 //! load, assess, report.
 
-use std::io::Read;
+use std::io::{BufReader, Read};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,6 +15,7 @@ use crate::cpus::{CpuSet, isolated_by_cmdline};
 use crate::cyclictest::{self, RunParams, ThreadResult};
 use crate::load::{Load, pin_current_thread};
 use crate::output::OutputFile;
+use crate::progress::{LiveWorst, Reporter};
 use crate::report::{CoreStats, KernelInfo, Report, RunInfo, SCHEMA, Tuning};
 use crate::system::{SystemState, read_system};
 use crate::verdict::{self, LoadReport};
@@ -29,6 +30,8 @@ pub struct Options {
     pub priority: u32,
     pub no_load: bool,
     pub histogram_max_us: u32,
+    /// Print a progress line every 2 s while measuring.
+    pub progress: bool,
 }
 
 /// A program jitter needs that is not installed.
@@ -126,10 +129,13 @@ struct CyclictestOutput {
     json: Option<String>,
 }
 
+/// Runs cyclictest to its end; with `progress_total_s`, prints its progress
+/// over that many seconds.
 fn run_cyclictest(
     args: &[String],
     json_file: Option<&Path>,
     housekeeping: &CpuSet,
+    progress_total_s: Option<u64>,
 ) -> Result<CyclictestOutput> {
     // Pin ourselves (and so cyclictest's start-up) to the housekeeping CPUs.
     let _ = pin_current_thread(housekeeping);
@@ -144,16 +150,16 @@ fn run_cyclictest(
             _ => anyhow::Error::new(e).context("starting cyclictest"),
         })?;
     let mut stdout_pipe = child.stdout.take().expect("piped");
-    let mut stderr_pipe = child.stderr.take().expect("piped");
+    let stderr_pipe = child.stderr.take().expect("piped");
     let out_reader = std::thread::spawn(move || {
         let mut s = String::new();
         let _ = stdout_pipe.read_to_string(&mut s);
         s
     });
+    let worst = LiveWorst::default();
+    let mut progress = progress_total_s.map(|total_s| Reporter::new(child.id(), total_s, worst.clone()));
     let err_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stderr_pipe.read_to_string(&mut s);
-        s
+        cyclictest::read_stderr(BufReader::new(stderr_pipe), |max| worst.record(max))
     });
     let mut forwarded = false;
     let status = loop {
@@ -167,6 +173,9 @@ fn run_cyclictest(
                 libc::kill(child.id() as i32, libc::SIGINT);
             }
             forwarded = true;
+        }
+        if !forwarded && let Some(progress) = progress.as_mut() {
+            progress.tick();
         }
         std::thread::sleep(Duration::from_millis(100));
     };
@@ -267,7 +276,8 @@ pub fn run(options: &Options, save_cyclictest: Option<OutputFile>) -> Result<Rep
     } else {
         Some(Load::start(&housekeeping).context("starting the load")?)
     };
-    let measured = run_cyclictest(&args, json_path, &housekeeping);
+    let progress_total_s = options.progress.then_some(options.duration_s);
+    let measured = run_cyclictest(&args, json_path, &housekeeping, progress_total_s);
     let load_report = match load {
         Some(load) => {
             if let Some(error) = load.last_error() {
@@ -388,6 +398,7 @@ mod tests {
             priority: 99,
             no_load: false,
             histogram_max_us: 1000,
+            progress: false,
         }
     }
 

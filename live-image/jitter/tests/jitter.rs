@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use assert_cmd::Command;
 use jitter::cpus::CpuSet;
 use jitter::cyclictest::{combine, parse_histogram, parse_json, parse_summary};
+use rtcheck::jitter::Progress;
 
 fn fixture(name: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -295,6 +296,44 @@ fn real_run_here_reports_what_this_system_is() {
         .filter(|t| t.starts_with("cpu "))
         .collect();
     assert_eq!(labels, vec!["cpu 1"]);
+}
+
+/// `--progress` on a real 7 s run: a line at 2, 4 and 6 s on stderr, with
+/// cyclictest's worst case once it has reported one, and the report as
+/// without it.
+#[test]
+fn progress_lines_while_measuring() {
+    if !can_measure("progress_lines_while_measuring") {
+        return;
+    }
+    let _one_at_a_time = measuring();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("report.json");
+    let assert = Command::cargo_bin("jitter")
+        .unwrap()
+        .args([
+            "7",
+            "--rt-cpus",
+            "1",
+            "--housekeeping",
+            "0",
+            "--progress",
+            "--json",
+        ])
+        .arg(&json)
+        .assert();
+    let output = assert.get_output();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let lines: Vec<Progress> = stderr.lines().filter_map(Progress::parse).collect();
+    let elapsed: Vec<(u64, u64)> = lines.iter().map(|p| (p.elapsed_s, p.total_s)).collect();
+    assert_eq!(elapsed, [(2, 7), (4, 7), (6, 7)], "{stderr}");
+    assert!(lines[1].worst_us.is_some(), "no worst case by 4 s: {stderr}");
+    let worst: Vec<u64> = lines.iter().filter_map(|p| p.worst_us).collect();
+    assert!(worst.is_sorted(), "the worst case so far went down: {stderr}");
+    assert!(!stderr.contains("cyclictest current status"), "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let max_us = report["cores"][0]["max_us"].as_u64().unwrap();
+    assert!(worst.last().unwrap() <= &max_us, "{max_us} {stderr}");
 }
 
 /// Files in the shared temporary directories whose names carry jitter's PID

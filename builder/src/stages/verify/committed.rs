@@ -27,6 +27,8 @@ pub struct CommittedKernel {
     pub release: String,
     /// The build string (UTS_VERSION) of the committed `vmlinuz`.
     pub uts_version: String,
+    /// The sha256 of the committed `vmlinuz`.
+    pub image_sha256: String,
     pub has_modules: bool,
     /// The artifact checks on the committed files (header, UTS_VERSION,
     /// IKCONFIG, build config, modules).
@@ -251,6 +253,7 @@ pub fn verify_committed_kernel(repo: &ostree::Repo, rev: &str) -> Result<Committ
         checksum,
         release,
         uts_version,
+        image_sha256: crate::io::hashing::sha256_hex(&image),
         has_modules,
         evidence,
     })
@@ -419,6 +422,7 @@ mod tests {
             checksum: "c".repeat(64),
             release: "6.12.0-rt".into(),
             uts_version: "#1 SMP PREEMPT_RT Sun Nov 30 00:00:00 UTC 2025".into(),
+            image_sha256: "d".repeat(64),
             has_modules: false,
             evidence,
         }

@@ -12,6 +12,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
+mod dmi;
+
+pub use self::dmi::{Dmi, DmiError, DmiField, DmiSetting, parse_dmi_setting, smbios_options};
 use crate::io::qemu::{self, Accel, Guest, StopSignals};
 use crate::tool;
 use crate::ui::Ui;
@@ -65,6 +68,8 @@ pub struct VmOptions {
     /// A qcow2 overlay kept across runs: made on first use, booted again
     /// after (the guest's disk survives a killed QEMU, as after a power cut).
     pub overlay: Option<PathBuf>,
+    /// The guest's own SMBIOS identity (`--dmi`); empty: QEMU's defaults.
+    pub dmi: Dmi,
 }
 
 /// Everything the QEMU command line names, resolved.
@@ -82,6 +87,8 @@ pub struct QemuPlan {
     /// each connection (`busybox nc`).
     pub host_ports: Vec<u16>,
     pub relay: PathBuf,
+    /// The SMBIOS identity, one `-smbios` per structure it touches.
+    pub dmi: Dmi,
 }
 
 /// The address at which the guest reaches a forwarded host port. Not
@@ -141,6 +148,9 @@ pub fn qemu_args(plan: &QemuPlan) -> Vec<String> {
         ]
         .map(String::from),
     );
+    for option in smbios_options(&plan.dmi, plan.ovmf_vars.is_some()) {
+        args.extend(["-smbios".to_string(), option]);
+    }
     if let Some(vars) = &plan.ovmf_vars {
         args.extend(qemu::pflash_args(vars));
     }
@@ -357,6 +367,9 @@ pub struct VmReport {
     pub ssh: String,
     pub console_log: PathBuf,
     pub qemu_pid: u32,
+    /// The guest's SMBIOS identity (`--dmi`), by field.
+    #[serde(skip_serializing_if = "Dmi::is_empty")]
+    pub dmi: Dmi,
     /// The guest powered off (QEMU exited 0).
     pub powered_off: bool,
     pub seconds: f64,
@@ -432,6 +445,7 @@ pub fn run(disk: &Path, options: &VmOptions, ui: &Ui) -> Result<VmReport> {
         ssh_port,
         host_ports: options.host_ports.clone(),
         relay: crate::stages::rootfs::static_busybox()?,
+        dmi: options.dmi.clone(),
     };
     let args = qemu_args(&plan);
     let stderr_log = scratch.path().join("qemu.stderr");
@@ -452,6 +466,9 @@ pub fn run(disk: &Path, options: &VmOptions, ui: &Ui) -> Result<VmReport> {
     ui.note(ssh_command(ssh_port));
     ui.note(format!("console: {}", console.display()));
     ui.note(format!("qemu pid: {pid}"));
+    for option in smbios_options(&plan.dmi, options.uefi) {
+        ui.note(format!("smbios: {option}"));
+    }
     for port in &plan.host_ports {
         ui.note(format!(
             "the guest reaches 127.0.0.1:{port} at {HOST_ADDRESS_IN_GUEST}:{port}"
@@ -498,6 +515,7 @@ pub fn run(disk: &Path, options: &VmOptions, ui: &Ui) -> Result<VmReport> {
         ssh: ssh_command(ssh_port),
         console_log: console,
         qemu_pid: pid,
+        dmi: options.dmi.clone(),
         powered_off: true,
         seconds: started.elapsed().as_secs_f64(),
     })
@@ -569,6 +587,7 @@ mod tests {
             ssh_port: 2222,
             host_ports,
             relay: "/bin/busy,box".into(),
+            dmi: Dmi::default(),
         }
     }
 
@@ -592,6 +611,28 @@ mod tests {
             ",guestfwd=tcp:10.0.2.100:9000-cmd:/bin/busy,,box nc 127.0.0.1 9000",
             ""
         )));
+    }
+
+    #[test]
+    fn qemu_args_carry_one_smbios_option_per_structure() {
+        assert!(!qemu_args(&plan(vec![])).contains(&"-smbios".to_string()));
+        let bios = QemuPlan {
+            dmi: Dmi::parse(["product-name=B", "bios-version=9"]).unwrap(),
+            ..plan(vec![])
+        };
+        let args = qemu_args(&bios);
+        let smbios: Vec<&str> = args
+            .windows(2)
+            .filter(|w| w[0] == "-smbios")
+            .map(|w| w[1].as_str())
+            .collect();
+        assert_eq!(smbios, ["type=0,version=9", "type=1,product=B"]);
+        let uefi = qemu_args(&QemuPlan {
+            ovmf_vars: Some("/tmp/v.fd".into()),
+            ..bios
+        });
+        assert!(uefi.contains(&"type=0,version=9,uefi=on".to_string()), "{uefi:?}");
+        assert!(uefi.contains(&"type=1,product=B".to_string()), "{uefi:?}");
     }
 
     #[test]

@@ -1,0 +1,202 @@
+//! Armored detached OpenPGP signatures with the real `gpg`: what anyone can
+//! check with `gpg --verify RECORD.sig RECORD`. libostree signs commits and
+//! summaries itself; this is for the files beside them (qualification and
+//! promotion records).
+
+use std::io::Write;
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+use crate::tool;
+
+/// What `gpg --verify --status-fd` said about one detached signature.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Verification {
+    /// GOODSIG and VALIDSIG, and no bad or error status.
+    pub good: bool,
+    /// The primary key's fingerprint from VALIDSIG.
+    pub primary_fingerprint: Option<String>,
+    /// The signing (sub)key's fingerprint from VALIDSIG.
+    pub signing_fingerprint: Option<String>,
+    /// Why it is not good, in gpg's terms.
+    pub problem: Option<String>,
+}
+
+impl Verification {
+    /// Good, and made by one of `fingerprints` (a key and its subkeys).
+    pub fn good_by(&self, fingerprints: &[String]) -> bool {
+        let made_by = |fpr: &Option<String>| {
+            fpr.as_ref()
+                .is_some_and(|f| fingerprints.iter().any(|k| k.eq_ignore_ascii_case(f)))
+        };
+        self.good && (made_by(&self.primary_fingerprint) || made_by(&self.signing_fingerprint))
+    }
+}
+
+/// Parses gpg's `--status-fd` lines (pure). Any BADSIG, ERRSIG, EXPSIG,
+/// EXPKEYSIG, REVKEYSIG or NO_PUBKEY makes it not good.
+pub fn parse_status(status: &str) -> Verification {
+    let mut verification = Verification::default();
+    let (mut goodsig, mut validsig) = (false, false);
+    for line in status.lines() {
+        let Some(rest) = line.strip_prefix("[GNUPG:] ") else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split(' ').collect();
+        match fields[0] {
+            "GOODSIG" => goodsig = true,
+            "VALIDSIG" => {
+                validsig = true;
+                verification.signing_fingerprint = fields.get(1).map(|s| s.to_string());
+                verification.primary_fingerprint = fields.get(10).map(|s| s.to_string());
+            }
+            word @ ("BADSIG" | "ERRSIG" | "EXPSIG" | "EXPKEYSIG" | "REVKEYSIG" | "NO_PUBKEY") => {
+                verification
+                    .problem
+                    .get_or_insert_with(|| problem_text(word).to_string());
+            }
+            _ => {}
+        }
+    }
+    verification.good = goodsig && validsig && verification.problem.is_none();
+    if !verification.good && verification.problem.is_none() {
+        verification.problem = Some("no valid signature".into());
+    }
+    verification
+}
+
+fn problem_text(status: &str) -> &'static str {
+    match status {
+        "BADSIG" => "BAD signature: the file changed after it was signed",
+        "ERRSIG" | "NO_PUBKEY" => "cannot check the signature (unknown key or algorithm)",
+        "EXPSIG" => "the signature has expired",
+        "EXPKEYSIG" => "signed by an expired key",
+        _ => "signed by a revoked key",
+    }
+}
+
+fn gpg(homedir: Option<&Path>) -> Result<Command> {
+    let mut cmd = tool::command("gpg")?;
+    cmd.arg("--batch").arg("--no-tty");
+    if let Some(dir) = homedir {
+        cmd.arg("--homedir").arg(dir);
+    }
+    Ok(cmd)
+}
+
+fn temp_with(bytes: &[u8]) -> Result<tempfile::NamedTempFile> {
+    let mut file = tempfile::NamedTempFile::new().context("creating a temp file for gpg")?;
+    file.write_all(bytes)?;
+    file.flush()?;
+    Ok(file)
+}
+
+/// An armored detached signature of `data` by `key`.
+pub fn sign_detached(data: &[u8], key: &str, homedir: Option<&Path>) -> Result<Vec<u8>> {
+    let input = temp_with(data)?;
+    let mut cmd = gpg(homedir)?;
+    cmd.args(["--armor", "--detach-sign", "--local-user", key, "--output", "-"])
+        .arg(input.path());
+    let output = tool::run(&mut cmd).with_context(|| format!("signing with GPG key {key}"))?;
+    if !output.stdout.starts_with(b"-----BEGIN PGP SIGNATURE-----") {
+        bail!("gpg wrote no armored signature for key {key}");
+    }
+    Ok(output.stdout)
+}
+
+/// Checks a detached `signature` of `data`. gpg's exit status must agree
+/// with its status lines for the signature to count.
+pub fn verify_detached(data: &[u8], signature: &[u8], homedir: Option<&Path>) -> Result<Verification> {
+    let (data_file, sig_file) = (temp_with(data)?, temp_with(signature)?);
+    let mut cmd = gpg(homedir)?;
+    cmd.args(["--status-fd", "1", "--verify"])
+        .arg(sig_file.path())
+        .arg(data_file.path());
+    let output = cmd.output().context("running gpg --verify")?;
+    let mut verification = parse_status(&String::from_utf8_lossy(&output.stdout));
+    if verification.good && !output.status.success() {
+        verification.good = false;
+        verification.problem = Some(format!("gpg --verify failed ({})", output.status));
+    }
+    Ok(verification)
+}
+
+/// The fingerprints of `key` (its primary key and subkeys) in the keyring.
+pub fn key_fingerprints(key: &str, homedir: Option<&Path>) -> Result<Vec<String>> {
+    let mut cmd = gpg(homedir)?;
+    cmd.args(["--with-colons", "--fingerprint", "--list-keys", "--", key]);
+    let output = tool::run(&mut cmd).with_context(|| format!("GPG key {key} is not in the keyring"))?;
+    let fingerprints = parse_fingerprints(&String::from_utf8_lossy(&output.stdout));
+    if fingerprints.is_empty() {
+        bail!("GPG key {key} is not in the keyring");
+    }
+    Ok(fingerprints)
+}
+
+/// The `fpr` records of `gpg --with-colons` output (pure).
+pub fn parse_fingerprints(colons: &str) -> Vec<String> {
+    colons
+        .lines()
+        .filter_map(|line| line.strip_prefix("fpr:"))
+        .filter_map(|rest| rest.split(':').nth(8))
+        .filter(|fpr| !fpr.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = "[GNUPG:] NEWSIG\n[GNUPG:] KEY_CONSIDERED AAAA 0\n[GNUPG:] SIG_ID x 2026-12-01 1\n\
+[GNUPG:] GOODSIG 1122334455667788 imgbuild <ci@example.org>\n\
+[GNUPG:] VALIDSIG SUBKEYFPR 2026-12-01 1764547200 0 4 0 22 10 00 PRIMARYFPR\n\
+[GNUPG:] TRUST_ULTIMATE 0 pgp\n";
+
+    #[test]
+    fn a_good_signature_names_its_keys() {
+        let v = parse_status(GOOD);
+        assert!(v.good, "{v:?}");
+        assert_eq!(v.primary_fingerprint.as_deref(), Some("PRIMARYFPR"));
+        assert_eq!(v.signing_fingerprint.as_deref(), Some("SUBKEYFPR"));
+        assert!(v.good_by(&["primaryfpr".into()]));
+        assert!(v.good_by(&["SUBKEYFPR".into()]));
+        assert!(!v.good_by(&["OTHER".into()]));
+        // A suffix of a fingerprint is not the fingerprint.
+        assert!(!v.good_by(&["FPR".into()]));
+    }
+
+    #[test]
+    fn bad_or_missing_statuses_are_not_good() {
+        let bad = parse_status("[GNUPG:] NEWSIG\n[GNUPG:] BADSIG 1122334455667788 someone\n");
+        assert!(!bad.good);
+        assert!(bad.problem.unwrap().contains("BAD signature"));
+        let unknown = parse_status("[GNUPG:] ERRSIG 1122 1 10 00 1764547200 9 -\n[GNUPG:] NO_PUBKEY 1122\n");
+        assert!(!unknown.good);
+        assert!(unknown.problem.unwrap().contains("unknown key"));
+        let goodsig_only = parse_status("[GNUPG:] GOODSIG 11 x\n");
+        assert!(!goodsig_only.good);
+        assert_eq!(parse_status("").problem.as_deref(), Some("no valid signature"));
+        let mixed = format!("{GOOD}[GNUPG:] EXPKEYSIG 11 x\n");
+        assert!(!parse_status(&mixed).good);
+        // Status words inside a user id are not statuses.
+        assert!(!parse_status("gpg: [GNUPG:] GOODSIG\n").good);
+    }
+
+    #[test]
+    fn fingerprints_come_from_fpr_records() {
+        let colons = "tru::1:1764547200:0:3:1:5\npub:u:255:22:1122334455667788:1764547200:::u:::scESC:::::ed25519:::0:\n\
+fpr:::::::::AAAABBBBCCCCDDDDEEEEFFFF0000111122223333:\nuid:u::::1764547200::X::imgbuild <ci@example.org>::::::::::0:\n\
+sub:u:255:18:99:1764547200::::::e:::::cv25519::\nfpr:::::::::9999888877776666555544443333222211110000:\n";
+        assert_eq!(
+            parse_fingerprints(colons),
+            vec![
+                "AAAABBBBCCCCDDDDEEEEFFFF0000111122223333".to_string(),
+                "9999888877776666555544443333222211110000".to_string()
+            ]
+        );
+        assert!(parse_fingerprints("pub:u:255\n").is_empty());
+    }
+}

@@ -1,0 +1,484 @@
+//! `imgbuild qualify`: candidate machines booted from the live validation
+//! ISO are measured over SSH, in parallel, and each measurement leaves a
+//! signed `qualification/1` record beside the commit. `imgbuild promote`
+//! moves a release ref only on enough valid PASS records for that commit.
+//!
+//! The target is untrusted: its host key is pinned for the run, everything
+//! it sends is capped and cleaned, and it is measured only once it proves it
+//! runs the ref's own kernel.
+
+pub mod listing;
+pub mod measure;
+pub mod probe;
+pub mod promote;
+pub mod record;
+pub mod ssh;
+pub mod target;
+
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, anyhow, bail};
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use rtcheck::jitter::Progress;
+use serde::Serialize;
+
+use self::measure::{Measurement, Run};
+use self::probe::Probe;
+use self::record::{HostKeyRecord, KernelIdentity, Record, TargetRecord};
+use self::ssh::{Limits, Session, SshOptions};
+use self::target::Target;
+use crate::error::{Refused, exit};
+use crate::io::gpg;
+use crate::io::records::RecordKind;
+use crate::io::root::ImageRoot;
+use crate::ostree;
+use crate::stages::verify::committed;
+use crate::ui::Ui;
+
+/// Text from a target or a record, made safe to show and store: control
+/// characters dropped, trimmed, at most 256 characters.
+pub fn clean(text: &str) -> String {
+    text.chars()
+        .filter(|c| !c.is_control())
+        .take(256)
+        .collect::<String>()
+        .trim()
+        .to_string()
+}
+
+/// The kernel a target must run: the ref's commit, read afresh.
+#[derive(Clone, Debug, Default)]
+pub struct Expected {
+    pub commit: String,
+    pub ref_name: String,
+    pub release: String,
+    pub uts_version: String,
+    pub bzimage_sha256: String,
+}
+
+/// The ref must be a proven PREEMPT_RT build; its kernel is read out of the
+/// commit itself.
+pub fn expected_kernel(repo: &Path, ref_name: &str, stage: &str) -> Result<Expected> {
+    let repository = ostree::open(repo)?;
+    let commit = ostree::resolve(&repository, ref_name)?
+        .ok_or_else(|| anyhow!("no ref {ref_name} in {}", repo.display()))?;
+    committed::gate_commit_as(&repository, ref_name, &commit, stage, "nothing was done")?;
+    let kernel = committed::verify_committed_kernel(&repository, &commit)?;
+    Ok(Expected {
+        commit,
+        ref_name: ref_name.to_string(),
+        release: kernel.release,
+        uts_version: kernel.uts_version,
+        bzimage_sha256: kernel.image_sha256,
+    })
+}
+
+pub struct QualifyRequest {
+    pub repo: PathBuf,
+    pub ref_name: String,
+    pub targets: Vec<Target>,
+    pub run: Run,
+    pub ssh: SshOptions,
+    pub out: Option<PathBuf>,
+    pub gpg_key: String,
+    pub gpg_homedir: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Measured,
+    Refused,
+    Error,
+}
+
+/// One target's row.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct TargetOutcome {
+    pub target: String,
+    pub status: Status,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub host_key: Option<String>,
+    pub hardware_id: Option<String>,
+    pub platform: Option<String>,
+    pub verdict: Option<String>,
+    pub reasons: Vec<String>,
+    pub worst_us: Option<u64>,
+    pub budget_us: u64,
+    pub record: Option<PathBuf>,
+    pub files: Option<PathBuf>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct QualifyReport {
+    #[serde(rename = "ref")]
+    pub ref_name: String,
+    pub commit: String,
+    pub targets: Vec<TargetOutcome>,
+}
+
+impl QualifyReport {
+    /// 0 all PASS; 1 a target errored; 3 one refused or FAILed; 4 one INVALID.
+    pub fn exit_code(&self) -> u8 {
+        let any = |f: &dyn Fn(&TargetOutcome) -> bool| self.targets.iter().any(f);
+        let verdict = |o: &TargetOutcome, v: &str| o.verdict.as_deref() == Some(v);
+        if any(&|o| o.status == Status::Error) {
+            exit::ERROR
+        } else if any(&|o| o.status == Status::Refused || verdict(o, "FAIL")) {
+            exit::REFUSED
+        } else if any(&|o| verdict(o, "INVALID")) {
+            4
+        } else {
+            exit::OK
+        }
+    }
+}
+
+/// Qualifies every target at once; one failing never stops the others.
+pub fn qualify(request: &QualifyRequest, ui: &Ui) -> Result<QualifyReport> {
+    gpg::key_fingerprints(&request.gpg_key, request.gpg_homedir.as_deref())
+        .context("--gpg-key signs the records")?;
+    let expected = expected_kernel(&request.repo, &request.ref_name, "qualify")?;
+    ui.step(
+        "qualify",
+        format!(
+            "{} target(s), {} s each, against {} ({}, {})",
+            request.targets.len(),
+            request.run.duration_s,
+            request.ref_name,
+            short(&expected.commit),
+            expected.release
+        ),
+    );
+    let multi = ui.multi();
+    let targets = std::thread::scope(|scope| {
+        let running: Vec<_> = request
+            .targets
+            .iter()
+            .map(|target| {
+                let line = TargetLine::new(target, request.run.duration_s, &multi, ui);
+                let expected = &expected;
+                scope.spawn(move || qualify_target(target, request, expected, &line))
+            })
+            .collect();
+        running
+            .into_iter()
+            .map(|handle| handle.join().expect("a target's thread panicked"))
+            .collect()
+    });
+    Ok(QualifyReport {
+        ref_name: request.ref_name.clone(),
+        commit: expected.commit,
+        targets,
+    })
+}
+
+/// The table of a qualify run: one row per target.
+pub fn render(report: &QualifyReport) -> String {
+    use std::fmt::Write as _;
+    let mut out = format!(
+        "{:<28} {:<20} {:<24} {:<9} {:>8} {:>9}  RECORD\n",
+        "TARGET", "HARDWARE-ID", "PLATFORM", "VERDICT", "WORST-US", "BUDGET-US"
+    );
+    for o in &report.targets {
+        let status = match o.status {
+            Status::Measured => o.verdict.clone().unwrap_or_default(),
+            Status::Refused => "REFUSED".into(),
+            Status::Error => "ERROR".into(),
+        };
+        let worst = o.worst_us.map_or("-".into(), |us| us.to_string());
+        let last = match (&o.record, &o.error) {
+            (Some(path), _) => path.display().to_string(),
+            (None, Some(error)) => error.lines().next().unwrap_or_default().to_string(),
+            (None, None) => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "{:<28} {:<20} {:<24} {:<9} {:>8} {:>9}  {last}",
+            o.target,
+            o.hardware_id.as_deref().unwrap_or("-"),
+            o.platform.as_deref().unwrap_or("-"),
+            status,
+            worst,
+            o.budget_us
+        );
+    }
+    out
+}
+
+/// `6a455e66…7d2b`.
+pub fn short(commit: &str) -> String {
+    match commit.len() {
+        n if n > 12 => format!("{}…{}", &commit[..8], &commit[n - 4..]),
+        _ => commit.to_string(),
+    }
+}
+
+fn qualify_target(
+    target: &Target,
+    request: &QualifyRequest,
+    expected: &Expected,
+    line: &TargetLine,
+) -> TargetOutcome {
+    let mut outcome = TargetOutcome {
+        target: target.to_string(),
+        status: Status::Measured,
+        error: None,
+        host_key: None,
+        hardware_id: None,
+        platform: None,
+        verdict: None,
+        reasons: Vec::new(),
+        worst_us: None,
+        budget_us: request.run.budget_us,
+        record: None,
+        files: None,
+    };
+    if let Err(error) = attempt(target, request, expected, line, &mut outcome) {
+        let refused = error.chain().any(|e| e.is::<Refused>());
+        outcome.status = if refused { Status::Refused } else { Status::Error };
+        let text = format!("{error:#}");
+        line.say(&format!(
+            "{}: {}",
+            if refused { "REFUSED" } else { "ERROR" },
+            text
+        ));
+        outcome.error = Some(text);
+    }
+    line.finish();
+    outcome
+}
+
+fn attempt(
+    target: &Target,
+    request: &QualifyRequest,
+    expected: &Expected,
+    line: &TargetLine,
+    outcome: &mut TargetOutcome,
+) -> Result<()> {
+    let session = Session::open(target, &request.ssh)?;
+    let key = &session.host_key;
+    line.say(&format!("host key {} {}", key.algorithm, key.fingerprint));
+    outcome.host_key = Some(key.fingerprint.clone());
+    let output = session.run(probe::PROBE_COMMAND, Limits::PROBE)?;
+    let probe = probe::parse(&String::from_utf8_lossy(&output.stdout));
+    outcome.hardware_id = Some(probe.hardware.id.clone());
+    outcome.platform = Some(probe.hardware.platform());
+    require_expected_kernel(&session, &probe, expected)?;
+    line.say(&format!(
+        "{} ({}): measuring",
+        probe.hardware.id,
+        probe.hardware.platform()
+    ));
+    let started = now();
+    let measurement = measure::measure(&session, request.run, expected, &mut |p| line.progress(p))?;
+    let record = build_record(
+        &session,
+        &probe,
+        expected,
+        request.run,
+        &measurement,
+        (started, now()),
+    )?;
+    let json = serde_json::to_vec_pretty(&record)?;
+    let name = record::file_name(&record, &target.file_name());
+    let (path, signature) = record::sign_and_store(
+        &request.repo,
+        RecordKind::Qualification,
+        &expected.commit,
+        &name,
+        &json,
+        &request.gpg_key,
+        request.gpg_homedir.as_deref(),
+    )?;
+    if let Some(out) = &request.out {
+        outcome.files = Some(save_files(out, target, &measurement, &json, &signature)?);
+    }
+    line.say(&format!("{}, worst case {} us", record.verdict, record.worst_us));
+    outcome.verdict = Some(record.verdict);
+    outcome.reasons = record.reasons;
+    outcome.worst_us = Some(record.worst_us);
+    outcome.record = Some(path);
+    Ok(())
+}
+
+/// The target must have `jitter`, run the commit's kernel and pass
+/// `jitter --check-kernel`; a wrong kernel is refused before any measuring.
+fn require_expected_kernel(session: &Session, probe: &Probe, expected: &Expected) -> Result<()> {
+    if probe.jitter.is_empty() {
+        bail!("`jitter` is not on the target's PATH: boot the live validation ISO, which has it");
+    }
+    let mismatch = probe::kernel_mismatch(probe, &expected.release, &expected.uts_version);
+    if !mismatch.is_empty() {
+        return Err(refused(
+            format!(
+                "{} does not run the kernel of {}: nothing was measured",
+                session.target, expected.ref_name
+            ),
+            mismatch,
+        ));
+    }
+    let check = session.run("jitter --check-kernel", Limits::PROBE)?;
+    match check.code {
+        0 => Ok(()),
+        3 => Err(refused(
+            format!(
+                "`jitter --check-kernel` on {} says the kernel is not PREEMPT_RT: nothing was measured",
+                session.target
+            ),
+            String::from_utf8_lossy(&check.stdout)
+                .lines()
+                .map(clean)
+                .filter(|l| !l.is_empty())
+                .collect(),
+        )),
+        code => bail!(
+            "`jitter --check-kernel` failed on the target (exit {code}): {}",
+            clean(&check.stderr)
+        ),
+    }
+}
+
+fn refused(summary: String, reasons: Vec<String>) -> anyhow::Error {
+    Refused {
+        stage: "qualify".into(),
+        summary,
+        reasons,
+    }
+    .into()
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn operator_host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map_or_else(|_| "unknown".into(), |h| clean(&h))
+}
+
+fn build_record(
+    session: &Session,
+    probe: &Probe,
+    expected: &Expected,
+    run: Run,
+    measurement: &Measurement,
+    (started, finished): (u64, u64),
+) -> Result<Record> {
+    let assessment = &measurement.report.assessment;
+    Ok(Record {
+        schema: record::SCHEMA.into(),
+        commit: expected.commit.clone(),
+        ref_name: expected.ref_name.clone(),
+        kernel: KernelIdentity {
+            release: expected.release.clone(),
+            uts_version: expected.uts_version.clone(),
+            bzimage_sha256: expected.bzimage_sha256.clone(),
+        },
+        hardware: probe.hardware.clone(),
+        target: TargetRecord {
+            address: session.target.to_string(),
+            host_key: HostKeyRecord {
+                algorithm: session.host_key.algorithm.clone(),
+                fingerprint: session.host_key.fingerprint.clone(),
+            },
+        },
+        verdict: assessment.verdict.to_string(),
+        reasons: assessment
+            .reasons
+            .iter()
+            .map(|r| clean(&format!("{}: {}", r.code.as_str(), r.detail)))
+            .collect(),
+        worst_us: assessment.worst_us,
+        budget_us: run.budget_us,
+        duration_s: run.duration_s,
+        started: record::rfc3339(started),
+        finished: record::rfc3339(finished),
+        operator_host: operator_host(),
+        imgbuild_version: env!("CARGO_PKG_VERSION").into(),
+        report: serde_json::from_slice(&measurement.report_json)?,
+    })
+}
+
+/// The operator's copies in `OUT/HOST-PORT/`, the record last.
+fn save_files(
+    out: &Path,
+    target: &Target,
+    m: &Measurement,
+    json: &[u8],
+    signature: &[u8],
+) -> Result<PathBuf> {
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let root = ImageRoot::open(out)?;
+    let dir = PathBuf::from(target.file_name());
+    root.create_dir_all(&dir, 0o755)?;
+    for (name, bytes) in [
+        ("report.json", &m.report_json[..]),
+        ("plot.svg", &m.plot_svg),
+        ("cyclictest.txt", &m.cyclictest),
+        ("record.json.sig", signature),
+        ("record.json", json),
+    ] {
+        root.write_durable(&dir.join(name), bytes, 0o644)?;
+    }
+    Ok(out.join(dir))
+}
+
+/// One target's progress: a bar on a terminal, else a plain line every 10 s.
+struct TargetLine {
+    label: String,
+    bar: ProgressBar,
+    animated: bool,
+    last_printed: std::sync::atomic::AtomicU64,
+}
+
+impl TargetLine {
+    fn new(target: &Target, total_s: u64, multi: &MultiProgress, ui: &Ui) -> TargetLine {
+        let bar = multi.add(ProgressBar::new(total_s));
+        bar.set_style(
+            ProgressStyle::with_template("{prefix} [{bar:24}] {pos}/{len} s {msg}")
+                .expect("valid template")
+                .progress_chars("=> "),
+        );
+        bar.set_prefix(target.to_string());
+        TargetLine {
+            label: target.to_string(),
+            bar,
+            animated: ui.is_animated(),
+            last_printed: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    fn say(&self, text: &str) {
+        let line = format!("    {}: {text}", self.label);
+        if self.animated {
+            self.bar.println(line)
+        } else {
+            eprintln!("{line}")
+        }
+    }
+
+    fn progress(&self, progress: Progress) {
+        use std::sync::atomic::Ordering;
+        self.bar.set_position(progress.elapsed_s);
+        let worst = progress
+            .worst_us
+            .map(|us| format!("worst case {us} us"))
+            .unwrap_or_default();
+        self.bar.set_message(worst.clone());
+        let last = self.last_printed.load(Ordering::Relaxed);
+        let due = progress.elapsed_s >= last + 10 || progress.elapsed_s >= progress.total_s;
+        if !self.animated && due && progress.elapsed_s > last {
+            self.last_printed.store(progress.elapsed_s, Ordering::Relaxed);
+            self.say(&format!("{}/{} s, {worst}", progress.elapsed_s, progress.total_s));
+        }
+    }
+
+    fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}

@@ -1,0 +1,444 @@
+//! `imgbuild promote`: a release ref moves to a commit only when enough
+//! platforms have a valid signed PASS record for that exact commit. Every
+//! record is re-verified here (signature, key, commit, verdict); nothing an
+//! earlier run noted is trusted.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use serde::Serialize;
+
+use super::record::{self, Record};
+use super::{clean, expected_kernel, short};
+use crate::error::{BadInput, Refused};
+use crate::io::gpg::{self, Verification};
+use crate::io::hashing::sha256_hex;
+use crate::io::records::{self, RecordKind, StoredRecord};
+use crate::ostree;
+use crate::ui::Ui;
+
+pub const SCHEMA: &str = "promotion/1";
+
+pub struct PromoteRequest {
+    pub repo: PathBuf,
+    pub from: String,
+    pub to: String,
+    pub gpg_key: String,
+    pub gpg_homedir: Option<PathBuf>,
+    /// Hardware ids that must each have a PASS.
+    pub require: Vec<String>,
+    /// Distinct platforms that must have a PASS.
+    pub min_platforms: usize,
+}
+
+/// One record as promote judged it; `why` is `None` when it counts.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Row {
+    pub platform: String,
+    pub name: String,
+    pub verdict: String,
+    pub worst_us: Option<u64>,
+    pub budget_us: Option<u64>,
+    pub record: String,
+    pub sha256: String,
+    pub why: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct PromoteReport {
+    pub commit: String,
+    pub from: String,
+    pub to: String,
+    pub rows: Vec<Row>,
+    /// Set when the ref moved.
+    pub promotion: Option<PathBuf>,
+    pub previous: Option<String>,
+}
+
+/// Judges one stored record (pure once its signature is checked).
+pub fn judge(
+    stored: &StoredRecord,
+    verification: Option<&Verification>,
+    fingerprints: &[String],
+    commit: &str,
+) -> Row {
+    let parsed = serde_json::from_slice::<Record>(&stored.json);
+    let mut row = Row {
+        platform: "?".into(),
+        name: String::new(),
+        verdict: "?".into(),
+        worst_us: None,
+        budget_us: None,
+        record: stored.name.clone(),
+        sha256: sha256_hex(&stored.json),
+        why: None,
+    };
+    if let Ok(record) = &parsed {
+        row.platform = clean(&record.hardware.id);
+        row.name = clean(&record.hardware.platform());
+        row.verdict = clean(&record.verdict);
+        row.worst_us = Some(record.worst_us);
+        row.budget_us = Some(record.budget_us);
+    }
+    row.why = why_not(&parsed, verification, fingerprints, commit);
+    row
+}
+
+fn why_not(
+    parsed: &serde_json::Result<Record>,
+    verification: Option<&Verification>,
+    fingerprints: &[String],
+    commit: &str,
+) -> Option<String> {
+    let Some(verification) = verification else {
+        return Some("unsigned: no .sig beside it".into());
+    };
+    if !verification.good {
+        let problem = verification.problem.as_deref().unwrap_or("no valid signature");
+        return Some(format!("bad signature: {problem}"));
+    }
+    if !verification.good_by(fingerprints) {
+        return Some("bad signature: signed by another key than --gpg-key".into());
+    }
+    let record = match parsed {
+        Ok(record) => record,
+        Err(error) => return Some(clean(&format!("unreadable: {error}"))),
+    };
+    if record.schema != record::SCHEMA {
+        return Some(clean(&format!("unknown schema {:?}", record.schema)));
+    }
+    if record.commit != commit {
+        return Some(clean(&format!("another commit ({})", short(&record.commit))));
+    }
+    match record.verdict.as_str() {
+        "PASS" if record.worst_us <= record.budget_us => None,
+        "PASS" => Some("PASS over its own budget".into()),
+        "FAIL" => Some("FAIL: worst case over the budget".into()),
+        "INVALID" => Some("INVALID: the measurement cannot be trusted".into()),
+        other => Some(clean(&format!("unknown verdict {other:?}"))),
+    }
+}
+
+/// Whether the rows allow the promotion (pure): the platforms that passed,
+/// or why not.
+pub fn decide(
+    rows: &[Row],
+    require: &[String],
+    min_platforms: usize,
+) -> Result<BTreeSet<String>, Vec<String>> {
+    let passed: BTreeSet<String> = rows
+        .iter()
+        .filter(|row| row.why.is_none())
+        .map(|row| row.platform.clone())
+        .collect();
+    let mut problems: Vec<String> = require
+        .iter()
+        .filter(|id| !passed.contains(*id))
+        .map(|id| format!("required platform {id} has no valid PASS record for this commit"))
+        .collect();
+    if passed.len() < min_platforms {
+        problems.push(format!(
+            "{} platform(s) passed, at least {min_platforms} needed",
+            passed.len()
+        ));
+    }
+    if problems.is_empty() {
+        Ok(passed)
+    } else {
+        Err(problems)
+    }
+}
+
+/// Why `name` cannot be a release ref (pure): libostree's own check, and
+/// git's rules it lets through (`..`, empty components, an edge `/`).
+pub fn ref_name_problem(name: &str) -> Option<String> {
+    if let Err(error) = ::ostree::validate_rev(name) {
+        return Some(error.to_string());
+    }
+    if name.contains("..") || name.split('/').any(str::is_empty) {
+        return Some("`..`, `//` and a leading or trailing `/` are not allowed".into());
+    }
+    None
+}
+
+fn check_request(request: &PromoteRequest) -> Result<()> {
+    if let Some(problem) = ref_name_problem(&request.to) {
+        return Err(BadInput::new("--to", format!("{:?} is not a ref name: {problem}", request.to)).into());
+    }
+    if request.min_platforms == 0 && request.require.is_empty() {
+        return Err(BadInput::new(
+            "--min-platforms",
+            "0 without --require would promote on no measurement",
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// Judges every record of the commit; on success writes the signed
+/// promotion record, signs the commit, moves the ref and signs the summary.
+/// A refusal is a [`Refused`] error, after `on_rows` has seen the table.
+pub fn promote(
+    request: &PromoteRequest,
+    ui: &Ui,
+    on_rows: &mut dyn FnMut(&PromoteReport),
+) -> Result<PromoteReport> {
+    check_request(request)?;
+    let homedir = request.gpg_homedir.as_deref();
+    let fingerprints = gpg::key_fingerprints(&request.gpg_key, homedir)?;
+    let expected = expected_kernel(&request.repo, &request.from, "promote")?;
+    let commit = expected.commit;
+    ui.step(
+        "promote",
+        format!("{} → {} at {}", request.from, request.to, short(&commit)),
+    );
+    let rows = judge_all(&request.repo, &commit, &fingerprints, homedir, &request.require)?;
+    let repository = ostree::open(&request.repo)?;
+    let mut report = PromoteReport {
+        commit: commit.clone(),
+        from: request.from.clone(),
+        to: request.to.clone(),
+        rows,
+        promotion: None,
+        previous: ostree::resolve(&repository, &request.to)?,
+    };
+    let decision = decide(&report.rows, &request.require, request.min_platforms);
+    if let Err(problems) = decision {
+        on_rows(&report);
+        return Err(Refused {
+            stage: "promote".into(),
+            summary: format!("{} is not moved to {}", request.to, short(&commit)),
+            reasons: problems,
+        }
+        .into());
+    }
+    let promotion = write_promotion(request, &report)?;
+    ostree::sign_commit(&repository, &commit, &request.gpg_key, homedir)?;
+    ostree::set_ref(&repository, &request.to, &commit)?;
+    ostree::update_summary(&repository, Some(&request.gpg_key), homedir)?;
+    ui.note(format!("{} → {commit}", request.to));
+    report.promotion = Some(promotion);
+    on_rows(&report);
+    Ok(report)
+}
+
+fn judge_all(
+    repo: &Path,
+    commit: &str,
+    fingerprints: &[String],
+    homedir: Option<&Path>,
+    require: &[String],
+) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    for stored in records::list(repo, RecordKind::Qualification, commit)? {
+        let verification = stored
+            .signature
+            .as_ref()
+            .map(|signature| gpg::verify_detached(&stored.json, signature, homedir))
+            .transpose()?;
+        rows.push(judge(&stored, verification.as_ref(), fingerprints, commit));
+    }
+    for id in require {
+        if !rows.iter().any(|row| &row.platform == id) {
+            rows.push(Row {
+                platform: id.clone(),
+                name: String::new(),
+                verdict: "-".into(),
+                worst_us: None,
+                budget_us: None,
+                record: String::new(),
+                sha256: String::new(),
+                why: Some("missing: no record for this commit".into()),
+            });
+        }
+    }
+    Ok(rows)
+}
+
+/// The promotion's own signed record: which records allowed it.
+fn write_promotion(request: &PromoteRequest, report: &PromoteReport) -> Result<PathBuf> {
+    let now = super::now();
+    let counted: Vec<&Row> = report.rows.iter().filter(|row| row.why.is_none()).collect();
+    let document = serde_json::json!({
+        "schema": SCHEMA,
+        "commit": report.commit,
+        "from": request.from,
+        "to": request.to,
+        "previous": report.previous,
+        "require": request.require,
+        "min-platforms": request.min_platforms,
+        "records": counted,
+        "judged": report.rows,
+        "promoted": record::rfc3339(now),
+        "operator-host": super::operator_host(),
+        "imgbuild-version": env!("CARGO_PKG_VERSION"),
+    });
+    let json = serde_json::to_vec_pretty(&document)?;
+    let to: String = request
+        .to
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let time: String = record::rfc3339(now)
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .collect();
+    let (path, _) = record::sign_and_store(
+        &request.repo,
+        RecordKind::Promotion,
+        &report.commit,
+        &format!("{to}-{time}.json"),
+        &json,
+        &request.gpg_key,
+        request.gpg_homedir.as_deref(),
+    )?;
+    Ok(path)
+}
+
+/// The table promote shows: why each record counts or not.
+pub fn render(rows: &[Row]) -> String {
+    use std::fmt::Write as _;
+    let mut out = format!(
+        "{:<20} {:<32} {:<9} {:>8} {:>9}  WHY\n",
+        "PLATFORM", "NAME", "VERDICT", "WORST-US", "BUDGET-US"
+    );
+    let number = |n: Option<u64>| n.map_or("-".into(), |n| n.to_string());
+    for row in rows {
+        let _ = writeln!(
+            out,
+            "{:<20} {:<32} {:<9} {:>8} {:>9}  {}",
+            row.platform,
+            row.name,
+            row.verdict,
+            number(row.worst_us),
+            number(row.budget_us),
+            row.why.as_deref().unwrap_or("counts")
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const COMMIT: &str = "1111111111111111111111111111111111111111111111111111111111111111";
+    const KEY: &str = "AAAABBBBCCCCDDDDEEEEFFFF0000111122223333";
+
+    fn stored(commit: &str, verdict: &str, worst: u64) -> StoredRecord {
+        let json = serde_json::json!({
+            "schema": record::SCHEMA, "commit": commit, "ref": "x/rt",
+            "kernel": {"release": "6.12", "uts-version": "#1", "bzimage-sha256": "00"},
+            "hardware": {"id": "hw-a", "sys-vendor": "Acme", "product-name": "Rig-A", "board-name": "",
+                "bios-version": "", "cpu-model": "", "microcode": "", "cores": 2, "memory-kib": 1},
+            "target": {"address": "root@h:22", "host-key": {"algorithm": "ssh-ed25519", "fingerprint": "SHA256:x"}},
+            "verdict": verdict, "reasons": [], "worst-us": worst, "budget-us": 100, "duration-s": 300,
+            "started": "", "finished": "", "operator-host": "", "imgbuild-version": "", "report": null,
+        });
+        StoredRecord {
+            name: "hw-a.json".into(),
+            json: serde_json::to_vec(&json).unwrap(),
+            signature: Some(b"sig".to_vec()),
+        }
+    }
+
+    fn good() -> Verification {
+        Verification {
+            good: true,
+            primary_fingerprint: Some(KEY.into()),
+            signing_fingerprint: Some(KEY.into()),
+            problem: None,
+        }
+    }
+
+    fn why(stored: &StoredRecord, verification: Option<&Verification>) -> Option<String> {
+        judge(stored, verification, &[KEY.into()], COMMIT).why
+    }
+
+    #[test]
+    fn only_a_good_pass_for_this_commit_counts() {
+        let pass = stored(COMMIT, "PASS", 40);
+        assert_eq!(why(&pass, Some(&good())), None);
+        let row = judge(&pass, Some(&good()), &[KEY.into()], COMMIT);
+        assert_eq!((row.platform.as_str(), row.name.as_str()), ("hw-a", "Acme Rig-A"));
+        assert!(
+            why(&stored(COMMIT, "FAIL", 400), Some(&good()))
+                .unwrap()
+                .starts_with("FAIL")
+        );
+        assert!(
+            why(&stored(COMMIT, "INVALID", 4), Some(&good()))
+                .unwrap()
+                .starts_with("INVALID")
+        );
+        assert!(
+            why(&stored(&"2".repeat(64), "PASS", 4), Some(&good()))
+                .unwrap()
+                .starts_with("another commit")
+        );
+        assert!(
+            why(&stored(COMMIT, "PASS", 101), Some(&good()))
+                .unwrap()
+                .contains("over its own budget")
+        );
+        let bad = Verification {
+            good: false,
+            problem: Some("BAD signature".into()),
+            ..good()
+        };
+        assert!(why(&pass, Some(&bad)).unwrap().starts_with("bad signature"));
+        let other_key = Verification {
+            primary_fingerprint: Some("F".repeat(40)),
+            signing_fingerprint: Some("F".repeat(40)),
+            ..good()
+        };
+        assert!(why(&pass, Some(&other_key)).unwrap().contains("another key"));
+        assert!(why(&pass, None).unwrap().starts_with("unsigned"));
+        let garbage = StoredRecord {
+            json: b"{".to_vec(),
+            ..pass.clone()
+        };
+        assert!(why(&garbage, Some(&good())).unwrap().starts_with("unreadable"));
+    }
+
+    fn row(platform: &str, counts: bool) -> Row {
+        Row {
+            platform: platform.into(),
+            name: String::new(),
+            verdict: "PASS".into(),
+            worst_us: Some(1),
+            budget_us: Some(100),
+            record: String::new(),
+            sha256: String::new(),
+            why: (!counts).then(|| "FAIL".into()),
+        }
+    }
+
+    #[test]
+    fn release_ref_names() {
+        assert_eq!(ref_name_problem("emberrtos/x86_64/rt-stable"), None);
+        for bad in ["a..b", "/rt", "rt/", "a//b", "", "x y", "rt~1"] {
+            assert!(ref_name_problem(bad).is_some(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn decide_counts_distinct_platforms_and_requirements() {
+        let rows = [row("hw-a", true), row("hw-a", true), row("hw-b", false)];
+        assert_eq!(decide(&rows, &[], 1).unwrap().len(), 1);
+        assert!(decide(&rows, &[], 2).unwrap_err()[0].contains("1 platform(s) passed"));
+        assert!(decide(&rows, &["hw-a".into()], 1).is_ok());
+        assert!(decide(&rows, &["hw-b".into()], 1).unwrap_err()[0].contains("hw-b"));
+        assert!(decide(&[], &[], 1).is_err());
+        assert!(decide(&[row("hw-a", false)], &[], 1).is_err());
+    }
+}

@@ -1,0 +1,149 @@
+//! The qualification record (`qualification/1`): which kernel, on which
+//! hardware, measured how, with which verdict. Signed with an armored GPG
+//! detached signature and stored beside the commit
+//! (`<repo>/qualifications/<commit>/`), signature first.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+
+use super::probe::Hardware;
+use crate::io::gpg;
+use crate::io::records::{self, RecordKind};
+
+pub const SCHEMA: &str = "qualification/1";
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct KernelIdentity {
+    pub release: String,
+    pub uts_version: String,
+    pub bzimage_sha256: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct HostKeyRecord {
+    pub algorithm: String,
+    pub fingerprint: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct TargetRecord {
+    pub address: String,
+    pub host_key: HostKeyRecord,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Record {
+    pub schema: String,
+    pub commit: String,
+    #[serde(rename = "ref")]
+    pub ref_name: String,
+    pub kernel: KernelIdentity,
+    pub hardware: Hardware,
+    pub target: TargetRecord,
+    /// `PASS`, `FAIL` or `INVALID`, as jitter judged.
+    pub verdict: String,
+    pub reasons: Vec<String>,
+    pub worst_us: u64,
+    pub budget_us: u64,
+    pub duration_s: u64,
+    /// UTC, RFC 3339.
+    pub started: String,
+    pub finished: String,
+    pub operator_host: String,
+    pub imgbuild_version: String,
+    /// The whole jitter report (`jitter-report/1`).
+    pub report: serde_json::Value,
+}
+
+/// `2026-12-01T16:15:00Z` for a Unix time.
+pub fn rfc3339(epoch: u64) -> String {
+    let t = crate::stages::kernel::UtcTime::from_epoch(epoch);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
+        t.year, t.month, t.day, t.hour, t.minute, t.second
+    )
+}
+
+/// The record's file name: platform, start time and target, so two machines
+/// of one model qualified in the same second do not collide.
+pub fn file_name(record: &Record, target_file_name: &str) -> String {
+    let time: String = record
+        .started
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .collect();
+    format!("{}-{time}-{target_file_name}.json", record.hardware.id)
+}
+
+/// Signs `json` with `key` and stores both (signature first) as `kind`
+/// records of `commit`; returns the record's path and the signature.
+pub fn sign_and_store(
+    repo: &Path,
+    kind: RecordKind,
+    commit: &str,
+    name: &str,
+    json: &[u8],
+    gpg_key: &str,
+    gpg_homedir: Option<&Path>,
+) -> Result<(PathBuf, Vec<u8>)> {
+    let signature = gpg::sign_detached(json, gpg_key, gpg_homedir)?;
+    let path = records::store(repo, kind, commit, name, json, &signature)?;
+    Ok((path, signature))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_and_names() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_764_605_700), "2025-12-01T16:15:00Z");
+        let record = Record {
+            schema: SCHEMA.into(),
+            commit: "a".repeat(64),
+            ref_name: "emberrtos/x86_64/rt".into(),
+            kernel: KernelIdentity {
+                release: "6.12.117".into(),
+                uts_version: "#1".into(),
+                bzimage_sha256: "b".repeat(64),
+            },
+            hardware: Hardware {
+                id: "hw-0123456789abcdef".into(),
+                ..Hardware::default()
+            },
+            target: TargetRecord {
+                address: "root@127.0.0.1:2222".into(),
+                host_key: HostKeyRecord {
+                    algorithm: "ssh-ed25519".into(),
+                    fingerprint: "SHA256:x".into(),
+                },
+            },
+            verdict: "INVALID".into(),
+            reasons: vec![],
+            worst_us: 1,
+            budget_us: 100,
+            duration_s: 10,
+            started: rfc3339(1_764_605_700),
+            finished: rfc3339(1_764_605_712),
+            operator_host: "ci".into(),
+            imgbuild_version: "0.1.0".into(),
+            report: serde_json::Value::Null,
+        };
+        assert_eq!(
+            file_name(&record, "127.0.0.1-2222"),
+            "hw-0123456789abcdef-20251201T161500Z-127.0.0.1-2222.json"
+        );
+        let json = serde_json::to_value(&record).unwrap();
+        assert_eq!(json["ref"], "emberrtos/x86_64/rt");
+        assert_eq!(json["kernel"]["bzimage-sha256"], "b".repeat(64));
+        assert_eq!(json["target"]["host-key"]["fingerprint"], "SHA256:x");
+        assert_eq!(json["hardware"]["sys-vendor"], "");
+    }
+}
