@@ -1,4 +1,4 @@
-# Sourced by the VM tiers (ci/vm-smoke, ci/device): boots an image with
+# Sourced by the VM tiers (ci/qualify, ci/device): boots an image with
 # `imgbuild vm` in the background and drives the guest with a real OpenSSH
 # client. QEMU goes with imgbuild on every path (imgbuild kills it on
 # SIGTERM); `vm_stop` powers the guest off in order.
