@@ -219,9 +219,15 @@ pub struct PromoteArgs {
     /// A hardware id that must have a PASS; repeatable.
     #[arg(long = "require", value_name = "HARDWARE-ID")]
     require: Vec<String>,
-    /// Distinct platforms that must have a PASS.
+    /// Distinct platforms (on distinct machines) that must have a PASS.
     #[arg(long, default_value_t = 1)]
     min_platforms: usize,
+    /// The shortest measurement a PASS counts with, in seconds.
+    #[arg(long, default_value_t = 300)]
+    min_duration: u64,
+    /// The largest budget a PASS counts with, in microseconds.
+    #[arg(long, default_value_t = 100)]
+    max_budget: u64,
 }
 
 #[derive(Args, Debug)]
@@ -545,8 +551,8 @@ fn parse_targets(texts: &[String], port: u16) -> Result<Vec<qualify::target::Tar
     for text in texts {
         let target =
             qualify::target::Target::parse(text, port).map_err(|e| BadInput::new("TARGET", e.to_string()))?;
-        if targets.contains(&target) {
-            return Err(BadInput::new("TARGET", format!("{target} is named twice")).into());
+        if let Some(earlier) = targets.iter().find(|t| t.same_machine(&target)) {
+            return Err(BadInput::new("TARGET", format!("{target} and {earlier} are one machine")).into());
         }
         targets.push(target);
     }
@@ -588,6 +594,10 @@ fn run_promote(args: PromoteArgs, ui: &Ui, json: bool) -> Result<u8> {
         gpg_homedir: args.gpg_homedir,
         require: args.require,
         min_platforms: args.min_platforms,
+        policy: qualify::promote::Policy {
+            min_duration_s: args.min_duration,
+            max_budget_us: args.max_budget,
+        },
     };
     qualify::promote::promote(&request, ui, &mut |report| {
         if json {

@@ -697,7 +697,7 @@ fn record(commit: &str, hw: &str, verdict: &str, worst: u64) -> Value {
             "address": "root@192.0.2.10:22",
             "host-key": {
                 "algorithm": "ssh-ed25519",
-                "fingerprint": "SHA256:Zm9vYmFyYmF6cXV4cXV1eGNvcmdlZ3JhdWx0Z2FycA",
+                "fingerprint": format!("SHA256:host-key-of-{hw}"),
             },
         },
         "verdict": verdict,
@@ -1180,7 +1180,7 @@ fn a_measured_target_gets_a_signed_record_that_promote_accepts() {
     assert!(fail_record.is_absolute() && fail_record.is_file(), "{r:#}");
 
     // promote refuses on a FAIL alone.
-    let out = promote(&bench.repo, &bench.key, &[]);
+    let out = promote(&bench.repo, &bench.key, &["--min-duration", "2"]);
     assert_exit(&out, 3);
     let hw = r["hardware-id"].as_str().unwrap().to_string();
     assert!(
@@ -1328,8 +1328,14 @@ fn a_measured_target_gets_a_signed_record_that_promote_accepts() {
     );
     assert!(has("stand-in plot"), "plot.svg not fetched: {fetched:?}");
 
-    // promote: the PASS counts, the stable ref moves.
+    // A 2 s PASS is not a qualification by default (--min-duration 300).
     let out = promote(&bench.repo, &bench.key, &[]);
+    assert_exit(&out, 3);
+    assert!(stdout(&out).contains("--min-duration 300"), "{}", text(&out));
+    assert_eq!(resolve(&bench.repo, STABLE), None);
+
+    // promote: the PASS counts, the stable ref moves.
+    let out = promote(&bench.repo, &bench.key, &["--min-duration", "2"]);
     assert_exit(&out, 0);
     assert_eq!(
         resolve(&bench.repo, STABLE).as_deref(),

@@ -203,6 +203,18 @@ pub enum Verdict {
     Invalid,
 }
 
+impl Verdict {
+    /// jitter's exit status for it: 0 PASS, 3 FAIL, 4 INVALID (1 and 2 are
+    /// errors and usage).
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Verdict::Pass => 0,
+            Verdict::Fail => 3,
+            Verdict::Invalid => 4,
+        }
+    }
+}
+
 impl fmt::Display for Verdict {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {

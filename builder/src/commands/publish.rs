@@ -156,7 +156,7 @@ impl Transport for LocalDir {
             .read(true)
             .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(&path);
-        let mut file = match opened {
+        let file = match opened {
             Ok(file) => file,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
@@ -164,9 +164,16 @@ impl Transport for LocalDir {
         if !file.metadata()?.is_file() {
             bail!("{} is not a regular file", path.display());
         }
+        // What publish reads back is small (refs, summaries, metadata,
+        // records): a planted huge file is refused, not read into memory.
+        const READ_LIMIT: u64 = 64 << 20;
         let mut data = Vec::new();
-        file.read_to_end(&mut data)
+        file.take(READ_LIMIT + 1)
+            .read_to_end(&mut data)
             .with_context(|| format!("reading {}", path.display()))?;
+        if data.len() as u64 > READ_LIMIT {
+            bail!("{} is larger than {READ_LIMIT} bytes", path.display());
+        }
         Ok(Some(data))
     }
 

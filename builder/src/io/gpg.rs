@@ -25,13 +25,14 @@ pub struct Verification {
 }
 
 impl Verification {
-    /// Good, and made by one of `fingerprints` (a key and its subkeys).
-    pub fn good_by(&self, fingerprints: &[String]) -> bool {
-        let made_by = |fpr: &Option<String>| {
-            fpr.as_ref()
-                .is_some_and(|f| fingerprints.iter().any(|k| k.eq_ignore_ascii_case(f)))
-        };
-        self.good && (made_by(&self.primary_fingerprint) || made_by(&self.signing_fingerprint))
+    /// Good, and made by the key whose primary fingerprint is `primary`
+    /// (by it or one of its subkeys).
+    pub fn good_by(&self, primary: &str) -> bool {
+        self.good
+            && self
+                .primary_fingerprint
+                .as_ref()
+                .is_some_and(|f| f.eq_ignore_ascii_case(primary))
     }
 }
 
@@ -79,7 +80,8 @@ fn problem_text(status: &str) -> &'static str {
 
 fn gpg(homedir: Option<&Path>) -> Result<Command> {
     let mut cmd = tool::command("gpg")?;
-    cmd.arg("--batch").arg("--no-tty");
+    // A planted signature must not make gpg fetch its key from anywhere.
+    cmd.args(["--batch", "--no-tty", "--no-auto-key-retrieve"]);
     if let Some(dir) = homedir {
         cmd.arg("--homedir").arg(dir);
     }
@@ -123,27 +125,40 @@ pub fn verify_detached(data: &[u8], signature: &[u8], homedir: Option<&Path>) ->
     Ok(verification)
 }
 
-/// The fingerprints of `key` (its primary key and subkeys) in the keyring.
-pub fn key_fingerprints(key: &str, homedir: Option<&Path>) -> Result<Vec<String>> {
+/// The primary fingerprint of the one key `key` names. gpg matches user ids
+/// by substring, so a name that matches several keys (another key's user id
+/// may contain it) is refused: a signature by the wrong key must not count.
+pub fn primary_fingerprint(key: &str, homedir: Option<&Path>) -> Result<String> {
     let mut cmd = gpg(homedir)?;
     cmd.args(["--with-colons", "--fingerprint", "--list-keys", "--", key]);
     let output = tool::run(&mut cmd).with_context(|| format!("GPG key {key} is not in the keyring"))?;
-    let fingerprints = parse_fingerprints(&String::from_utf8_lossy(&output.stdout));
-    if fingerprints.is_empty() {
-        bail!("GPG key {key} is not in the keyring");
+    match parse_primary_fingerprints(&String::from_utf8_lossy(&output.stdout)).as_slice() {
+        [one] => Ok(one.clone()),
+        [] => bail!("GPG key {key} is not in the keyring"),
+        many => bail!(
+            "GPG key {key} names {} keys ({}): give the fingerprint of one",
+            many.len(),
+            many.join(", ")
+        ),
     }
-    Ok(fingerprints)
 }
 
-/// The `fpr` records of `gpg --with-colons` output (pure).
-pub fn parse_fingerprints(colons: &str) -> Vec<String> {
-    colons
-        .lines()
-        .filter_map(|line| line.strip_prefix("fpr:"))
-        .filter_map(|rest| rest.split(':').nth(8))
-        .filter(|fpr| !fpr.is_empty())
-        .map(str::to_string)
-        .collect()
+/// The primary keys' fingerprints in `gpg --with-colons` output (pure): the
+/// `fpr` record right after each `pub` record.
+pub fn parse_primary_fingerprints(colons: &str) -> Vec<String> {
+    let mut fingerprints = Vec::new();
+    let mut after_pub = false;
+    for line in colons.lines() {
+        if let Some(rest) = line.strip_prefix("fpr:") {
+            if after_pub && let Some(fpr) = rest.split(':').nth(8).filter(|f| !f.is_empty()) {
+                fingerprints.push(fpr.to_string());
+            }
+            after_pub = false;
+        } else {
+            after_pub = line.starts_with("pub:");
+        }
+    }
+    fingerprints
 }
 
 #[cfg(test)]
@@ -161,11 +176,12 @@ mod tests {
         assert!(v.good, "{v:?}");
         assert_eq!(v.primary_fingerprint.as_deref(), Some("PRIMARYFPR"));
         assert_eq!(v.signing_fingerprint.as_deref(), Some("SUBKEYFPR"));
-        assert!(v.good_by(&["primaryfpr".into()]));
-        assert!(v.good_by(&["SUBKEYFPR".into()]));
-        assert!(!v.good_by(&["OTHER".into()]));
+        assert!(v.good_by("primaryfpr"));
+        // Only the primary key names who signed.
+        assert!(!v.good_by("SUBKEYFPR"));
+        assert!(!v.good_by("OTHER"));
         // A suffix of a fingerprint is not the fingerprint.
-        assert!(!v.good_by(&["FPR".into()]));
+        assert!(!v.good_by("FPR"));
     }
 
     #[test]
@@ -186,17 +202,16 @@ mod tests {
     }
 
     #[test]
-    fn fingerprints_come_from_fpr_records() {
+    fn primary_fingerprints_follow_pub_records() {
         let colons = "tru::1:1764547200:0:3:1:5\npub:u:255:22:1122334455667788:1764547200:::u:::scESC:::::ed25519:::0:\n\
 fpr:::::::::AAAABBBBCCCCDDDDEEEEFFFF0000111122223333:\nuid:u::::1764547200::X::imgbuild <ci@example.org>::::::::::0:\n\
 sub:u:255:18:99:1764547200::::::e:::::cv25519::\nfpr:::::::::9999888877776666555544443333222211110000:\n";
         assert_eq!(
-            parse_fingerprints(colons),
-            vec![
-                "AAAABBBBCCCCDDDDEEEEFFFF0000111122223333".to_string(),
-                "9999888877776666555544443333222211110000".to_string()
-            ]
+            parse_primary_fingerprints(colons),
+            vec!["AAAABBBBCCCCDDDDEEEEFFFF0000111122223333".to_string()]
         );
-        assert!(parse_fingerprints("pub:u:255\n").is_empty());
+        let two = format!("{colons}pub:u:255:22:55:1::::::scESC:\nfpr:::::::::1234:\n");
+        assert_eq!(parse_primary_fingerprints(&two).len(), 2);
+        assert!(parse_primary_fingerprints("pub:u:255\n").is_empty());
     }
 }

@@ -24,7 +24,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 
 use crate::io::root::ImageRoot;
 
@@ -33,6 +33,9 @@ pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
 
 /// The longest record name, `.json` included.
 pub const MAX_NAME_LEN: usize = 200;
+/// The most records one commit may have of one kind (a planted flood is
+/// refused, not read into memory).
+pub const MAX_RECORDS: usize = 1000;
 
 const RECORD_SUFFIX: &str = ".json";
 const SIGNATURE_SUFFIX: &str = ".sig";
@@ -165,6 +168,13 @@ pub fn list(repo: &Path, kind: RecordKind, commit: &str) -> Result<Vec<StoredRec
         {
             names.push(name.to_string());
         }
+    }
+    if names.len() > MAX_RECORDS {
+        bail!(
+            "{} holds {} records, more than {MAX_RECORDS}: refusing to read them all",
+            dir.path.display(),
+            names.len()
+        );
     }
     names.sort();
     names

@@ -8,10 +8,12 @@ use anyhow::{Context, Result, bail, ensure};
 use rtcheck::jitter::{Progress, Report, Verdict};
 
 use super::ssh::{Limits, Session};
-use super::{Expected, clean};
+use super::{Expected, clean, clean_lines};
 
-/// Each fetched file is capped at this many bytes.
+/// Each fetched file is capped at this many bytes; the report, which goes
+/// into the record, at [`REPORT_LIMIT`].
 pub const FILE_LIMIT: u64 = 32 << 20;
+pub const REPORT_LIMIT: u64 = 4 << 20;
 
 /// The files a measurement leaves, as fetched.
 pub struct Measurement {
@@ -50,14 +52,16 @@ pub fn measure(
         "the target's mktemp gave {:?}, not a scratch directory",
         clean(&dir)
     );
-    let measured = run_jitter(session, &dir, run, on_progress).and_then(|()| fetch(session, &dir));
+    let measured = run_jitter(session, &dir, run, on_progress)
+        .and_then(|code| fetch(session, &dir).map(|measurement| (code, measurement)));
     let _ = session.run(&format!("rm -rf -- {dir}"), Limits::PROBE);
-    let measurement = measured?;
-    check_report(&measurement.report, run, expected)?;
+    let (exit_code, measurement) = measured?;
+    check_report(&measurement.report, run, expected, exit_code)?;
     Ok(measurement)
 }
 
-fn run_jitter(session: &Session, dir: &str, run: Run, on_progress: &mut dyn FnMut(Progress)) -> Result<()> {
+/// jitter's exit code, once it is a verdict's.
+fn run_jitter(session: &Session, dir: &str, run: Run, on_progress: &mut dyn FnMut(Progress)) -> Result<i32> {
     let command = format!(
         "cd {dir} && jitter {} --budget {} --progress --json report.json --svg plot.svg --save-cyclictest cyclictest.txt",
         run.duration_s, run.budget_us
@@ -76,30 +80,32 @@ fn run_jitter(session: &Session, dir: &str, run: Run, on_progress: &mut dyn FnMu
         let tail = crate::tool::tail_lines(&clean_lines(&output.stderr), 8);
         bail!("jitter failed on the target (exit {}):\n{tail}", output.code);
     }
-    Ok(())
-}
-
-fn clean_lines(text: &str) -> String {
-    text.lines().map(clean).collect::<Vec<_>>().join("\n")
+    Ok(output.code)
 }
 
 fn fetch(session: &Session, dir: &str) -> Result<Measurement> {
-    let read = |name: &str| session.read_file(&format!("{dir}/{name}"), FILE_LIMIT);
-    let report_json = read("report.json")?;
+    let read = |name: &str, limit| session.read_file(&format!("{dir}/{name}"), limit);
+    let report_json = read("report.json", REPORT_LIMIT)?;
     let report: Report =
         serde_json::from_slice(&report_json).context("the target's report.json is not a jitter report")?;
     Ok(Measurement {
         report,
         report_json,
-        plot_svg: read("plot.svg")?,
-        cyclictest: read("cyclictest.txt")?,
+        plot_svg: read("plot.svg", FILE_LIMIT)?,
+        cyclictest: read("cyclictest.txt", FILE_LIMIT)?,
     })
 }
 
 /// The report must be of the run asked for, on the expected kernel, and
-/// its verdict consistent with its own figures.
-pub fn check_report(report: &Report, run: Run, expected: &Expected) -> Result<()> {
+/// its verdict consistent with its own figures and jitter's exit code.
+pub fn check_report(report: &Report, run: Run, expected: &Expected, exit_code: i32) -> Result<()> {
     let mut problems = Vec::new();
+    if i32::from(report.verdict().exit_code()) != exit_code {
+        problems.push(format!(
+            "it says {} but jitter exited {exit_code}",
+            report.verdict()
+        ));
+    }
     if report.run.duration_s != run.duration_s || report.run.budget_us != run.budget_us {
         problems.push(format!(
             "it measured {} s against {} us, {} s against {} us was asked",
@@ -165,21 +171,23 @@ mod tests {
     #[test]
     fn reports_of_another_run_or_kernel_are_refused() {
         let (report, run, expected) = fixture();
-        check_report(&report, run, &expected).unwrap();
+        let code = |report: &Report| i32::from(report.verdict().exit_code());
+        check_report(&report, run, &expected, code(&report)).unwrap();
+        assert!(check_report(&report, run, &expected, 7).is_err());
         let longer = Run {
             duration_s: run.duration_s + 1,
             ..run
         };
-        assert!(check_report(&report, longer, &expected).is_err());
+        assert!(check_report(&report, longer, &expected, code(&report)).is_err());
         let other_kernel = Expected {
             release: "9.9.9".into(),
             ..expected.clone()
         };
-        assert!(check_report(&report, run, &other_kernel).is_err());
+        assert!(check_report(&report, run, &other_kernel, code(&report)).is_err());
         let mut lying = report.clone();
         lying.assessment.verdict = Verdict::Pass;
         lying.assessment.worst_us = run.budget_us + 1;
-        let error = check_report(&lying, run, &expected).unwrap_err();
+        let error = check_report(&lying, run, &expected, 0).unwrap_err();
         assert!(error.to_string().contains("says PASS"), "{error}");
     }
 }

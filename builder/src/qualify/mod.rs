@@ -37,14 +37,24 @@ use crate::stages::verify::committed;
 use crate::ui::Ui;
 
 /// Text from a target or a record, made safe to show and store: control
-/// characters dropped, trimmed, at most 256 characters.
+/// characters and bidirectional overrides dropped, trimmed, at most 256
+/// characters.
 pub fn clean(text: &str) -> String {
+    let shown = |c: &char| {
+        !c.is_control()
+            && !matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
     text.chars()
-        .filter(|c| !c.is_control())
+        .filter(shown)
         .take(256)
         .collect::<String>()
         .trim()
         .to_string()
+}
+
+/// [`clean`] on each line.
+pub fn clean_lines(text: &str) -> String {
+    text.lines().map(clean).collect::<Vec<_>>().join("\n")
 }
 
 /// The kernel a target must run: the ref's commit, read afresh.
@@ -139,7 +149,7 @@ impl QualifyReport {
 
 /// Qualifies every target at once; one failing never stops the others.
 pub fn qualify(request: &QualifyRequest, ui: &Ui) -> Result<QualifyReport> {
-    gpg::key_fingerprints(&request.gpg_key, request.gpg_homedir.as_deref())
+    gpg::primary_fingerprint(&request.gpg_key, request.gpg_homedir.as_deref())
         .context("--gpg-key signs the records")?;
     let expected = expected_kernel(&request.repo, &request.ref_name, "qualify")?;
     ui.step(
@@ -240,7 +250,8 @@ fn qualify_target(
     if let Err(error) = attempt(target, request, expected, line, &mut outcome) {
         let refused = error.chain().any(|e| e.is::<Refused>());
         outcome.status = if refused { Status::Refused } else { Status::Error };
-        let text = format!("{error:#}");
+        // The chain may quote the target (a serde error quotes its JSON).
+        let text = clean_lines(&format!("{error:#}"));
         line.say(&format!(
             "{}: {}",
             if refused { "REFUSED" } else { "ERROR" },
@@ -480,5 +491,52 @@ impl TargetLine {
 
     fn finish(&self) {
         self.bar.finish_and_clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clean_drops_what_could_fool_a_terminal() {
+        assert_eq!(clean("  Acme\u{1b}]52;c;eA==\u{7} Rig\n"), "Acme]52;c;eA== Rig");
+        assert_eq!(clean("PASS\u{202e}LIAF"), "PASSLIAF");
+        assert_eq!(clean(&"x".repeat(300)).len(), 256);
+        assert_eq!(clean_lines("a\u{1b}[2J\nb"), "a[2J\nb");
+    }
+
+    #[test]
+    fn exit_codes_rank_error_over_refusal_over_invalid() {
+        let outcome = |status, verdict: Option<&str>| TargetOutcome {
+            target: String::new(),
+            status,
+            error: None,
+            host_key: None,
+            hardware_id: None,
+            platform: None,
+            verdict: verdict.map(str::to_string),
+            reasons: Vec::new(),
+            worst_us: None,
+            budget_us: 100,
+            record: None,
+            files: None,
+        };
+        let report = |targets| QualifyReport {
+            ref_name: String::new(),
+            commit: String::new(),
+            targets,
+        };
+        let pass = || outcome(Status::Measured, Some("PASS"));
+        let invalid = || outcome(Status::Measured, Some("INVALID"));
+        let fail = || outcome(Status::Measured, Some("FAIL"));
+        assert_eq!(report(vec![pass(), pass()]).exit_code(), 0);
+        assert_eq!(report(vec![pass(), invalid()]).exit_code(), 4);
+        assert_eq!(report(vec![invalid(), fail()]).exit_code(), 3);
+        assert_eq!(
+            report(vec![invalid(), outcome(Status::Refused, None)]).exit_code(),
+            3
+        );
+        assert_eq!(report(vec![fail(), outcome(Status::Error, None)]).exit_code(), 1);
     }
 }

@@ -4,7 +4,7 @@
 //! earlier run noted is trusted.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::Result;
 use serde::Serialize;
@@ -30,10 +30,11 @@ pub struct PromoteRequest {
     pub require: Vec<String>,
     /// Distinct platforms that must have a PASS.
     pub min_platforms: usize,
+    pub policy: Policy,
 }
 
 /// One record as promote judged it; `why` is `None` when it counts.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct Row {
     pub platform: String,
@@ -43,6 +44,11 @@ pub struct Row {
     pub budget_us: Option<u64>,
     pub record: String,
     pub sha256: String,
+    /// The host key it was measured through.
+    pub host_key: String,
+    pub finished: String,
+    /// Signed by the key, readable, about this commit.
+    pub valid: bool,
     pub why: Option<String>,
 }
 
@@ -58,12 +64,23 @@ pub struct PromoteReport {
     pub previous: Option<String>,
 }
 
-/// Judges one stored record (pure once its signature is checked).
+/// What a PASS must have been measured against to count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Policy {
+    /// The shortest measurement that counts, in seconds.
+    pub min_duration_s: u64,
+    /// The largest budget a PASS may have been judged against, in µs.
+    pub max_budget_us: u64,
+}
+
+/// Judges one stored record (pure once its signature is checked) against
+/// the key whose primary fingerprint is `signer`.
 pub fn judge(
     stored: &StoredRecord,
     verification: Option<&Verification>,
-    fingerprints: &[String],
+    signer: &str,
     commit: &str,
+    policy: Policy,
 ) -> Row {
     let parsed = serde_json::from_slice::<Record>(&stored.json);
     let mut row = Row {
@@ -74,6 +91,9 @@ pub fn judge(
         budget_us: None,
         record: stored.name.clone(),
         sha256: sha256_hex(&stored.json),
+        host_key: String::new(),
+        finished: String::new(),
+        valid: false,
         why: None,
     };
     if let Ok(record) = &parsed {
@@ -82,67 +102,104 @@ pub fn judge(
         row.verdict = clean(&record.verdict);
         row.worst_us = Some(record.worst_us);
         row.budget_us = Some(record.budget_us);
+        row.host_key = clean(&record.target.host_key.fingerprint);
+        row.finished = clean(&record.finished);
     }
-    row.why = why_not(&parsed, verification, fingerprints, commit);
+    let record = authentic(&parsed, verification, signer, commit);
+    row.valid = record.is_ok();
+    row.why = record
+        .err()
+        .or_else(|| parsed.ok().and_then(|r| why_not_pass(&r, policy)));
     row
 }
 
-fn why_not(
-    parsed: &serde_json::Result<Record>,
+/// The record, when it is signed by `signer`, readable and about `commit`;
+/// else why not.
+fn authentic<'a>(
+    parsed: &'a serde_json::Result<Record>,
     verification: Option<&Verification>,
-    fingerprints: &[String],
+    signer: &str,
     commit: &str,
-) -> Option<String> {
+) -> Result<&'a Record, String> {
     let Some(verification) = verification else {
-        return Some("unsigned: no .sig beside it".into());
+        return Err("unsigned: no .sig beside it".into());
     };
     if !verification.good {
         let problem = verification.problem.as_deref().unwrap_or("no valid signature");
-        return Some(format!("bad signature: {problem}"));
+        return Err(format!("bad signature: {problem}"));
     }
-    if !verification.good_by(fingerprints) {
-        return Some("bad signature: signed by another key than --gpg-key".into());
+    if !verification.good_by(signer) {
+        return Err("bad signature: signed by another key than --gpg-key".into());
     }
-    let record = match parsed {
-        Ok(record) => record,
-        Err(error) => return Some(clean(&format!("unreadable: {error}"))),
-    };
+    let record = parsed
+        .as_ref()
+        .map_err(|error| clean(&format!("unreadable: {error}")))?;
     if record.schema != record::SCHEMA {
-        return Some(clean(&format!("unknown schema {:?}", record.schema)));
+        return Err(clean(&format!("unknown schema {:?}", record.schema)));
     }
     if record.commit != commit {
-        return Some(clean(&format!("another commit ({})", short(&record.commit))));
+        return Err(clean(&format!("another commit ({})", short(&record.commit))));
     }
+    Ok(record)
+}
+
+/// Why an authentic record is not a PASS that counts (pure).
+fn why_not_pass(record: &Record, policy: Policy) -> Option<String> {
     match record.verdict.as_str() {
-        "PASS" if record.worst_us <= record.budget_us => None,
-        "PASS" => Some("PASS over its own budget".into()),
+        "PASS" if record.worst_us > record.budget_us => Some("PASS over its own budget".into()),
+        "PASS" if record.duration_s < policy.min_duration_s => Some(format!(
+            "PASS over only {} s (--min-duration {})",
+            record.duration_s, policy.min_duration_s
+        )),
+        "PASS" if record.budget_us > policy.max_budget_us => Some(format!(
+            "PASS against a {} us budget (--max-budget {})",
+            record.budget_us, policy.max_budget_us
+        )),
+        "PASS" => None,
         "FAIL" => Some("FAIL: worst case over the budget".into()),
         "INVALID" => Some("INVALID: the measurement cannot be trusted".into()),
         other => Some(clean(&format!("unknown verdict {other:?}"))),
     }
 }
 
+/// A platform's newest authentic record decides for it (pure): an older
+/// PASS does not count once a newer FAIL or INVALID says otherwise.
+pub fn supersede(rows: &mut [Row]) {
+    let newest: Vec<(String, String, String)> = rows
+        .iter()
+        .filter(|row| row.valid)
+        .map(|row| (row.platform.clone(), row.finished.clone(), row.record.clone()))
+        .collect();
+    for row in rows.iter_mut().filter(|row| row.why.is_none()) {
+        let newer = newest.iter().find(|(platform, finished, record)| {
+            *platform == row.platform && (finished, record) > (&row.finished, &row.record)
+        });
+        if let Some((_, _, record)) = newer {
+            row.why = Some(format!("superseded by the newer {record}"));
+        }
+    }
+}
+
 /// Whether the rows allow the promotion (pure): the platforms that passed,
-/// or why not.
+/// or why not. Platforms measured through one host key count once: one
+/// machine cannot stand for several.
 pub fn decide(
     rows: &[Row],
     require: &[String],
     min_platforms: usize,
 ) -> Result<BTreeSet<String>, Vec<String>> {
-    let passed: BTreeSet<String> = rows
-        .iter()
-        .filter(|row| row.why.is_none())
-        .map(|row| row.platform.clone())
-        .collect();
+    let counted: Vec<&Row> = rows.iter().filter(|row| row.why.is_none()).collect();
+    let passed: BTreeSet<String> = counted.iter().map(|row| row.platform.clone()).collect();
+    let machines: BTreeSet<&str> = counted.iter().map(|row| row.host_key.as_str()).collect();
     let mut problems: Vec<String> = require
         .iter()
         .filter(|id| !passed.contains(*id))
         .map(|id| format!("required platform {id} has no valid PASS record for this commit"))
         .collect();
-    if passed.len() < min_platforms {
+    let distinct = passed.len().min(machines.len());
+    if distinct < min_platforms {
         problems.push(format!(
-            "{} platform(s) passed, at least {min_platforms} needed",
-            passed.len()
+            "{distinct} platform(s) passed on distinct machines, at least {min_platforms} needed"
         ));
     }
     if problems.is_empty() {
@@ -188,14 +245,14 @@ pub fn promote(
 ) -> Result<PromoteReport> {
     check_request(request)?;
     let homedir = request.gpg_homedir.as_deref();
-    let fingerprints = gpg::key_fingerprints(&request.gpg_key, homedir)?;
+    let signer = gpg::primary_fingerprint(&request.gpg_key, homedir)?;
     let expected = expected_kernel(&request.repo, &request.from, "promote")?;
     let commit = expected.commit;
     ui.step(
         "promote",
         format!("{} → {} at {}", request.from, request.to, short(&commit)),
     );
-    let rows = judge_all(&request.repo, &commit, &fingerprints, homedir, &request.require)?;
+    let rows = judge_all(request, &commit, &signer)?;
     let repository = ostree::open(&request.repo)?;
     let mut report = PromoteReport {
         commit: commit.clone(),
@@ -225,33 +282,31 @@ pub fn promote(
     Ok(report)
 }
 
-fn judge_all(
-    repo: &Path,
-    commit: &str,
-    fingerprints: &[String],
-    homedir: Option<&Path>,
-    require: &[String],
-) -> Result<Vec<Row>> {
+fn judge_all(request: &PromoteRequest, commit: &str, signer: &str) -> Result<Vec<Row>> {
+    let homedir = request.gpg_homedir.as_deref();
     let mut rows = Vec::new();
-    for stored in records::list(repo, RecordKind::Qualification, commit)? {
+    for stored in records::list(&request.repo, RecordKind::Qualification, commit)? {
         let verification = stored
             .signature
             .as_ref()
             .map(|signature| gpg::verify_detached(&stored.json, signature, homedir))
             .transpose()?;
-        rows.push(judge(&stored, verification.as_ref(), fingerprints, commit));
+        rows.push(judge(
+            &stored,
+            verification.as_ref(),
+            signer,
+            commit,
+            request.policy,
+        ));
     }
-    for id in require {
+    supersede(&mut rows);
+    for id in &request.require {
         if !rows.iter().any(|row| &row.platform == id) {
             rows.push(Row {
                 platform: id.clone(),
-                name: String::new(),
                 verdict: "-".into(),
-                worst_us: None,
-                budget_us: None,
-                record: String::new(),
-                sha256: String::new(),
                 why: Some("missing: no record for this commit".into()),
+                ..Row::default()
             });
         }
     }
@@ -334,8 +389,22 @@ mod tests {
     const COMMIT: &str = "1111111111111111111111111111111111111111111111111111111111111111";
     const KEY: &str = "AAAABBBBCCCCDDDDEEEEFFFF0000111122223333";
 
+    const POLICY: Policy = Policy {
+        min_duration_s: 300,
+        max_budget_us: 100,
+    };
+
     fn stored(commit: &str, verdict: &str, worst: u64) -> StoredRecord {
-        let json = serde_json::json!({
+        stored_with(commit, verdict, worst, |_| {})
+    }
+
+    fn stored_with(
+        commit: &str,
+        verdict: &str,
+        worst: u64,
+        edit: impl FnOnce(&mut serde_json::Value),
+    ) -> StoredRecord {
+        let mut json = serde_json::json!({
             "schema": record::SCHEMA, "commit": commit, "ref": "x/rt",
             "kernel": {"release": "6.12", "uts-version": "#1", "bzimage-sha256": "00"},
             "hardware": {"id": "hw-a", "sys-vendor": "Acme", "product-name": "Rig-A", "board-name": "",
@@ -344,6 +413,7 @@ mod tests {
             "verdict": verdict, "reasons": [], "worst-us": worst, "budget-us": 100, "duration-s": 300,
             "started": "", "finished": "", "operator-host": "", "imgbuild-version": "", "report": null,
         });
+        edit(&mut json);
         StoredRecord {
             name: "hw-a.json".into(),
             json: serde_json::to_vec(&json).unwrap(),
@@ -361,14 +431,15 @@ mod tests {
     }
 
     fn why(stored: &StoredRecord, verification: Option<&Verification>) -> Option<String> {
-        judge(stored, verification, &[KEY.into()], COMMIT).why
+        judge(stored, verification, KEY, COMMIT, POLICY).why
     }
 
     #[test]
     fn only_a_good_pass_for_this_commit_counts() {
         let pass = stored(COMMIT, "PASS", 40);
         assert_eq!(why(&pass, Some(&good())), None);
-        let row = judge(&pass, Some(&good()), &[KEY.into()], COMMIT);
+        let row = judge(&pass, Some(&good()), KEY, COMMIT, POLICY);
+        assert!(row.valid);
         assert_eq!((row.platform.as_str(), row.name.as_str()), ("hw-a", "Acme Rig-A"));
         assert!(
             why(&stored(COMMIT, "FAIL", 400), Some(&good()))
@@ -408,18 +479,47 @@ mod tests {
             ..pass.clone()
         };
         assert!(why(&garbage, Some(&good())).unwrap().starts_with("unreadable"));
+        let short = stored_with(COMMIT, "PASS", 40, |j| j["duration-s"] = 10.into());
+        assert!(why(&short, Some(&good())).unwrap().contains("--min-duration 300"));
+        let lax = stored_with(COMMIT, "PASS", 400, |j| j["budget-us"] = 1000.into());
+        assert!(why(&lax, Some(&good())).unwrap().contains("--max-budget 100"));
+    }
+
+    #[test]
+    fn a_newer_authentic_record_supersedes_a_pass() {
+        let at = |verdict: &str, finished: &str, name: &str| {
+            let mut stored = stored_with(COMMIT, verdict, 40, |j| j["finished"] = finished.into());
+            stored.name = name.into();
+            judge(&stored, Some(&good()), KEY, COMMIT, POLICY)
+        };
+        let mut rows = vec![
+            at("PASS", "2026-12-01T10:00:00Z", "a.json"),
+            at("FAIL", "2026-12-01T11:00:00Z", "b.json"),
+        ];
+        supersede(&mut rows);
+        assert_eq!(rows[0].why.as_deref(), Some("superseded by the newer b.json"));
+        let mut rows = vec![
+            at("FAIL", "2026-12-01T10:00:00Z", "a.json"),
+            at("PASS", "2026-12-01T11:00:00Z", "b.json"),
+        ];
+        supersede(&mut rows);
+        assert_eq!(rows[1].why, None);
+        // A forged newer record (another key) supersedes nothing.
+        let mut forged = at("FAIL", "2027-01-01T00:00:00Z", "c.json");
+        forged.valid = false;
+        let mut rows = vec![at("PASS", "2026-12-01T11:00:00Z", "b.json"), forged];
+        supersede(&mut rows);
+        assert_eq!(rows[0].why, None);
     }
 
     fn row(platform: &str, counts: bool) -> Row {
         Row {
             platform: platform.into(),
-            name: String::new(),
             verdict: "PASS".into(),
-            worst_us: Some(1),
-            budget_us: Some(100),
-            record: String::new(),
-            sha256: String::new(),
+            host_key: format!("SHA256:{platform}"),
+            valid: true,
             why: (!counts).then(|| "FAIL".into()),
+            ..Row::default()
         }
     }
 
@@ -440,5 +540,15 @@ mod tests {
         assert!(decide(&rows, &["hw-b".into()], 1).unwrap_err()[0].contains("hw-b"));
         assert!(decide(&[], &[], 1).is_err());
         assert!(decide(&[row("hw-a", false)], &[], 1).is_err());
+        // Two ids measured through one host key are one machine.
+        let one_machine = [
+            row("hw-a", true),
+            Row {
+                host_key: "SHA256:hw-a".into(),
+                ..row("hw-b", true)
+            },
+        ];
+        assert!(decide(&one_machine, &[], 2).unwrap_err()[0].contains("distinct machines"));
+        assert!(decide(&[row("hw-a", true), row("hw-b", true)], &[], 2).is_ok());
     }
 }

@@ -71,14 +71,19 @@ pub fn rfc3339(epoch: u64) -> String {
 }
 
 /// The record's file name: platform, start time and target, so two machines
-/// of one model qualified in the same second do not collide.
+/// of one model qualified in the same second do not collide. A long host
+/// name is replaced by its hash, to keep the name short.
 pub fn file_name(record: &Record, target_file_name: &str) -> String {
     let time: String = record
         .started
         .chars()
         .filter(char::is_ascii_alphanumeric)
         .collect();
-    format!("{}-{time}-{target_file_name}.json", record.hardware.id)
+    let target = match target_file_name.len() {
+        0..=64 => target_file_name.to_string(),
+        _ => crate::io::hashing::sha256_hex(target_file_name)[..16].to_string(),
+    };
+    format!("{}-{time}-{target}.json", record.hardware.id)
 }
 
 /// Signs `json` with `key` and stores both (signature first) as `kind`
@@ -140,6 +145,8 @@ mod tests {
             file_name(&record, "127.0.0.1-2222"),
             "hw-0123456789abcdef-20251201T161500Z-127.0.0.1-2222.json"
         );
+        let long = "h".repeat(200);
+        assert!(file_name(&record, &long).len() < 80);
         let json = serde_json::to_value(&record).unwrap();
         assert_eq!(json["ref"], "emberrtos/x86_64/rt");
         assert_eq!(json["kernel"]["bzimage-sha256"], "b".repeat(64));

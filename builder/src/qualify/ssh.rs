@@ -59,7 +59,13 @@ pub struct HostKey {
 }
 
 /// The host key types tried, best first.
-const KEY_PREFERENCE: [&str; 3] = ["ssh-ed25519", "ecdsa-sha2-nistp256", "ssh-rsa"];
+const KEY_PREFERENCE: [&str; 5] = [
+    "ssh-ed25519",
+    "ecdsa-sha2-nistp256",
+    "ecdsa-sha2-nistp384",
+    "ecdsa-sha2-nistp521",
+    "ssh-rsa",
+];
 
 /// The best host key in `ssh-keyscan` output (pure); `None` when it holds none.
 pub fn parse_keyscan(output: &str) -> Option<(String, String)> {
@@ -94,14 +100,21 @@ fn host_key_algorithms(algorithm: &str) -> &str {
     }
 }
 
-/// Whether `ssh-keygen -F` output holds the key (pure).
+/// Whether `ssh-keygen -F` output pins the key (pure): a plain line holds
+/// it, and no `@revoked` line does; `@cert-authority` lines pin nothing.
 pub fn lines_hold_key(lines: &str, key: &HostKey) -> bool {
-    lines.lines().filter(|line| !line.starts_with('#')).any(|line| {
+    let holds = |line: &&str| {
         let words: Vec<&str> = line.split_whitespace().collect();
         words
             .windows(2)
             .any(|w| w[0] == key.algorithm && w[1] == key.base64)
-    })
+    };
+    let entries: Vec<&str> = lines.lines().filter(|line| !line.starts_with('#')).collect();
+    let revoked = entries
+        .iter()
+        .filter(|line| line.starts_with("@revoked"))
+        .any(holds);
+    !revoked && entries.iter().filter(|line| !line.starts_with('@')).any(holds)
 }
 
 /// What limits one remote command.
@@ -309,9 +322,17 @@ fn scan_host_key(target: &Target) -> Result<HostKey> {
         "--",
     ])
     .arg(&target.host)
-    .stdin(Stdio::null());
-    let output = cmd.output().context("running ssh-keyscan")?;
-    let scanned = parse_keyscan(&String::from_utf8_lossy(&output.stdout));
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let child = cmd.spawn().context("starting ssh-keyscan")?;
+    // -T restarts with every byte: a target that trickles is cut off here.
+    let limits = Limits {
+        deadline: Duration::from_secs(60),
+        stdout_bytes: 64 << 10,
+    };
+    let stdout = capture(child, limits, &mut |_| {}).map_or_else(|_| Vec::new(), |(_, stdout, _)| stdout);
+    let scanned = parse_keyscan(&String::from_utf8_lossy(&stdout));
     let (algorithm, base64) = scanned.ok_or_else(|| SshError::Unreachable {
         target: target.to_string(),
         detail: String::new(),
@@ -479,6 +500,18 @@ mod tests {
         assert!(!lines_hold_key("[h]:2222 ssh-ed25519 AAAAother\n", &key));
         assert!(!lines_hold_key(&format!("[h]:2222 ssh-rsa {ED25519}\n"), &key));
         assert!(!lines_hold_key("", &key));
+        assert!(!lines_hold_key(
+            &format!("@revoked [h]:2222 ssh-ed25519 {ED25519}\n"),
+            &key
+        ));
+        assert!(!lines_hold_key(
+            &format!("[h]:2222 ssh-ed25519 {ED25519}\n@revoked * ssh-ed25519 {ED25519}\n"),
+            &key
+        ));
+        assert!(!lines_hold_key(
+            &format!("@cert-authority * ssh-ed25519 {ED25519}\n"),
+            &key
+        ));
     }
 
     #[test]

@@ -60,7 +60,7 @@ impl Target {
             .transpose()?;
         Ok(Target {
             user: user.to_string(),
-            host: host.to_string(),
+            host: canonical_host(host),
             port: port.unwrap_or(default_port),
         })
     }
@@ -74,6 +74,11 @@ impl Target {
         }
     }
 
+    /// Whether both name one machine's SSH server (the user aside).
+    pub fn same_machine(&self, other: &Target) -> bool {
+        self.host == other.host && self.port == other.port
+    }
+
     /// A file-name-safe form: `HOST-PORT`.
     pub fn file_name(&self) -> String {
         format!("{}-{}", self.host.replace(':', "_"), self.port)
@@ -84,17 +89,25 @@ impl Target {
 fn split_host_port(rest: &str) -> Option<(&str, bool, Option<&str>)> {
     if let Some(bracketed) = rest.strip_prefix('[') {
         let (host, after) = bracketed.split_once(']')?;
-        let port = if after.is_empty() {
-            None
-        } else {
-            Some(after.strip_prefix(':').unwrap_or(after))
+        let port = match after {
+            "" => None,
+            // `[V6]22` is not `[V6]:22`: an empty port fails as a port.
+            _ => Some(after.strip_prefix(':').unwrap_or("")),
         };
-        // `[V6]x` keeps the x as a port, which then fails as one.
         return Some((host, true, port));
     }
     match rest.split_once(':') {
         Some((host, port)) if !port.contains(':') => Some((host, false, Some(port))),
         _ => Some((rest, false, None)),
+    }
+}
+
+/// Host names lowercased, IPv6 addresses in their one short form, so one
+/// machine has one spelling.
+fn canonical_host(host: &str) -> String {
+    match host.parse::<Ipv6Addr>() {
+        Ok(v6) => v6.to_string(),
+        Err(_) => host.to_ascii_lowercase(),
     }
 }
 
@@ -156,6 +169,11 @@ mod tests {
         assert_eq!(Target::parse("root@[::1]", 22), Ok(target("root", "::1", 22)));
         assert_eq!(Target::parse("_ops.x-1@h", 22), Ok(target("_ops.x-1", "h", 22)));
         assert_eq!(target("root", "::1", 2200).to_string(), "root@[::1]:2200");
+        let spelled = |text: &str| Target::parse(text, 22).unwrap();
+        assert_eq!(spelled("root@[0:0::1]:22"), target("root", "::1", 22));
+        assert_eq!(spelled("root@Rig-A.LAB"), target("root", "rig-a.lab", 22));
+        assert!(spelled("root@h").same_machine(&spelled("admin@H:22")));
+        assert!(!spelled("root@h").same_machine(&spelled("root@h:2222")));
         assert_eq!(target("root", "h", 22).known_hosts_name(), "h");
         assert_eq!(target("root", "h", 2222).known_hosts_name(), "[h]:2222");
         assert_eq!(target("root", "::1", 2222).file_name(), "__1-2222");
@@ -178,6 +196,7 @@ mod tests {
             "root@host:+22",
             "root@fe80::1",
             "root@[fe80::1]x",
+            "root@[::1]22",
             "root@[not-v6]:22",
             "root@-host",
             "root@host..lab",

@@ -13,11 +13,7 @@ use crate::system::Irq;
 /// The process exit status for a verdict: 0 PASS, 3 FAIL, 4 INVALID (1 and 2
 /// are errors and usage).
 pub fn exit_code(verdict: Verdict) -> u8 {
-    match verdict {
-        Verdict::Pass => 0,
-        Verdict::Fail => 3,
-        Verdict::Invalid => 4,
-    }
+    verdict.exit_code()
 }
 
 /// `None` when the load ran as intended, else why not.
