@@ -1,4 +1,4 @@
-//! The JSON report of the on-target `jitter` tool (schema `jitter-report/1`):
+//! The JSON report of the on-target `jitter` tool (schema `jitter-report/2`):
 //! the data types only, shared by `jitter`, which writes it, and imgbuild's
 //! boot stage, which reads it back from the serial console. How a report is
 //! measured, judged and drawn stays in `jitter`.
@@ -17,22 +17,29 @@ use crate::Evidence;
 
 pub use crate::progress::Progress;
 
-/// Bumped on any incompatible change to the JSON report.
-pub const SCHEMA: &str = "jitter-report/1";
+/// What this build writes. `jitter-report/2` is `/1` with fields added
+/// (the tail's confidence, conformance warnings): every `/1` field is still
+/// there with the same meaning, so a reader of `/1` that ignores unknown
+/// fields keeps working; one that checks the schema string must accept `/2`.
+pub const SCHEMA: &str = "jitter-report/2";
 
-/// A report whose `schema` is not [`SCHEMA`]: written by a jitter this build
-/// cannot read.
+/// Every schema this build reads: its own, and the `/1` it extends.
+pub const READABLE_SCHEMAS: [&str; 2] = ["jitter-report/1", SCHEMA];
+
+/// A report whose `schema` is not one of [`READABLE_SCHEMAS`]: written by a
+/// jitter this build cannot read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown jitter report schema {found:?}: this build reads only {SCHEMA}")]
+#[error("unknown jitter report schema {found:?}: this build reads jitter-report/1 and {SCHEMA}")]
 pub struct UnknownSchema {
     pub found: String,
 }
 
-/// Accepts only [`SCHEMA`]. `jitter` writes `schema` first, so a report of
-/// another schema is refused for that before any other field is looked at.
+/// Accepts only [`READABLE_SCHEMAS`]. `jitter` writes `schema` first, so a
+/// report of another schema is refused for that before any other field is
+/// looked at.
 fn known_schema<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
     let found = String::deserialize(deserializer)?;
-    if found != SCHEMA {
+    if !READABLE_SCHEMAS.contains(&found.as_str()) {
         return Err(serde::de::Error::custom(UnknownSchema { found }));
     }
     Ok(found)
@@ -237,10 +244,17 @@ pub enum ReasonCode {
     TooFewSamples,
     LoadDidNotRun,
     HistogramOverflow,
+    RtThrottling,
+    RcuNocbsNohzFull,
+    KthreadAffinity,
+    TimerMigration,
+    IdleStates,
+    SmtSiblings,
+    PeriodicWatchdogs,
 }
 
 impl ReasonCode {
-    pub const ALL: [ReasonCode; 8] = [
+    pub const ALL: [ReasonCode; 15] = [
         ReasonCode::NotPreemptRt,
         ReasonCode::NotIsolated,
         ReasonCode::IrqsOnRtCpus,
@@ -249,6 +263,13 @@ impl ReasonCode {
         ReasonCode::TooFewSamples,
         ReasonCode::LoadDidNotRun,
         ReasonCode::HistogramOverflow,
+        ReasonCode::RtThrottling,
+        ReasonCode::RcuNocbsNohzFull,
+        ReasonCode::KthreadAffinity,
+        ReasonCode::TimerMigration,
+        ReasonCode::IdleStates,
+        ReasonCode::SmtSiblings,
+        ReasonCode::PeriodicWatchdogs,
     ];
 
     /// The code as the JSON report spells it.
@@ -262,6 +283,13 @@ impl ReasonCode {
             ReasonCode::TooFewSamples => "too-few-samples",
             ReasonCode::LoadDidNotRun => "load-did-not-run",
             ReasonCode::HistogramOverflow => "histogram-overflow",
+            ReasonCode::RtThrottling => "rt-throttling",
+            ReasonCode::RcuNocbsNohzFull => "rcu-nocbs-nohz-full",
+            ReasonCode::KthreadAffinity => "kthread-affinity",
+            ReasonCode::TimerMigration => "timer-migration",
+            ReasonCode::IdleStates => "idle-states",
+            ReasonCode::SmtSiblings => "smt-siblings",
+            ReasonCode::PeriodicWatchdogs => "periodic-watchdogs",
         }
     }
 }
@@ -297,6 +325,10 @@ pub struct Assessment {
     pub worst_us: u64,
     /// Samples each core needed (95% of duration / interval).
     pub samples_needed: u64,
+    /// Conformance checks that failed at warning level: they cost latency
+    /// but leave the measurement trustworthy, so they never change the verdict.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<Reason>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -363,6 +395,9 @@ pub struct Report {
     pub run: RunInfo,
     pub cores: Vec<CoreStats>,
     pub assessment: Assessment,
+    /// How sure the worst case is (`/2`; absent in `/1` reports).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tail: Option<crate::tail::Tail>,
 }
 
 impl Report {
@@ -413,7 +448,40 @@ mod tests {
     }
 
     /// What `jitter --json` writes (see that crate's golden test).
-    const FIXTURE: &str = include_str!("../../live-image/jitter/tests/fixtures/jitter-report-1.json");
+    const FIXTURE: &str = include_str!("../../live-image/jitter/tests/fixtures/jitter-report-2.json");
+    /// What the jitter before `/2` wrote.
+    const FIXTURE_1: &str = include_str!("../../live-image/jitter/tests/fixtures/jitter-report-1.json");
+
+    /// Every key path of a JSON document (object keys only).
+    fn key_paths(value: &serde_json::Value, prefix: &str, out: &mut BTreeSet<String>) {
+        if let Some(object) = value.as_object() {
+            for (key, child) in object {
+                let path = format!("{prefix}/{key}");
+                out.insert(path.clone());
+                key_paths(child, &path, out);
+            }
+        } else if let Some(items) = value.as_array() {
+            for child in items {
+                key_paths(child, &format!("{prefix}[]"), out);
+            }
+        }
+    }
+
+    #[test]
+    fn schema_2_is_a_superset_of_1_and_1_still_reads() {
+        let one: serde_json::Value = serde_json::from_str(FIXTURE_1).unwrap();
+        let two: serde_json::Value = serde_json::from_str(FIXTURE).unwrap();
+        let (mut old, mut new) = (BTreeSet::new(), BTreeSet::new());
+        key_paths(&one, "", &mut old);
+        key_paths(&two, "", &mut new);
+        let missing: Vec<&String> = old.difference(&new).collect();
+        assert!(missing.is_empty(), "jitter-report/2 lost /1 fields: {missing:?}");
+        assert!(new.contains("/tail/exceedances"), "{new:?}");
+        let report: Report = serde_json::from_str(FIXTURE_1).unwrap();
+        assert_eq!(report.schema, "jitter-report/1");
+        assert_eq!(report.tail, None);
+        assert_eq!(report.verdict(), Verdict::Invalid);
+    }
 
     #[test]
     fn fixture_round_trips_byte_for_byte() {
@@ -451,17 +519,17 @@ mod tests {
 
     #[test]
     fn other_schemas_are_refused_by_name() {
-        let other = FIXTURE.replace(SCHEMA, "jitter-report/2");
+        let other = FIXTURE.replace(SCHEMA, "jitter-report/3");
         let error = serde_json::from_str::<Report>(&other).unwrap_err();
         assert!(
             error.to_string().contains(
-                r#"unknown jitter report schema "jitter-report/2": this build reads only jitter-report/1"#
+                r#"unknown jitter report schema "jitter-report/3": this build reads jitter-report/1 and jitter-report/2"#
             ),
             "{error}"
         );
         // Refused for its schema, not for whatever else changed with it.
         let error =
-            serde_json::from_str::<Report>(r#"{"schema": "jitter-report/2", "cores": {}}"#).unwrap_err();
+            serde_json::from_str::<Report>(r#"{"schema": "jitter-report/3", "cores": {}}"#).unwrap_err();
         assert!(
             error.to_string().contains("unknown jitter report schema"),
             "{error}"

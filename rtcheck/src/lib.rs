@@ -13,6 +13,7 @@ pub mod ikconfig;
 pub mod jitter;
 pub mod kconfig;
 mod progress;
+pub mod tail;
 pub mod uts;
 pub mod vermagic;
 

@@ -57,7 +57,7 @@ pub struct Record {
     pub finished: String,
     pub operator_host: String,
     pub imgbuild_version: String,
-    /// The whole jitter report (`jitter-report/1`).
+    /// The whole jitter report (`jitter-report/2`).
     pub report: serde_json::Value,
 }
 

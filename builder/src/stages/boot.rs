@@ -42,7 +42,7 @@ pub enum JitterOutcome {
     },
     /// The markers or the JSON are incomplete (the guest died or timed out).
     Truncated { reason: String },
-    /// Complete JSON that is not a `jitter-report/1` (another schema, or
+    /// Complete JSON that is not a `jitter-report/1` or `/2` (another schema, or
     /// fields this build does not know).
     Unreadable { reason: String },
 }
@@ -483,11 +483,11 @@ mod tests {
 
     #[test]
     fn jitter_report_of_another_schema_is_refused() {
-        let other = JITTER_REPORT.replace("\"jitter-report/1\"", "\"jitter-report/2\"");
+        let other = JITTER_REPORT.replace("\"jitter-report/1\"", "\"jitter-report/3\"");
         match parse_console(&console_with_report(&other)).jitter {
             Some(JitterOutcome::Unreadable { reason }) => assert!(
                 reason.contains(
-                    r#"unknown jitter report schema "jitter-report/2": this build reads only jitter-report/1"#
+                    r#"unknown jitter report schema "jitter-report/3": this build reads jitter-report/1 and jitter-report/2"#
                 ),
                 "{reason}"
             ),

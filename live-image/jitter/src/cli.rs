@@ -1,5 +1,6 @@
 //! `jitter [DURATION] [options]`. Exit codes: 0 PASS, 1 error, 2 usage,
-//! 3 FAIL, 4 INVALID.
+//! 3 FAIL, 4 INVALID; `jitter --check`: 0 when no check fails at INVALID
+//! level (warnings allowed), 4 when one does.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -16,11 +17,14 @@ use crate::run::{Options, run};
 #[command(
     name = "jitter",
     version,
-    about = "Worst-case latency validation: cyclictest under load, per-core worst case, verdict"
+    about = "Worst-case latency validation: cyclictest under load, per-core worst case, verdict",
+    after_help = "Exit status: 0 PASS, 1 error, 2 usage, 3 FAIL, 4 INVALID.\n\
+                  With --check: 0 when no check fails at INVALID level (warnings allowed), 4 when one does."
 )]
 pub struct Cli {
-    /// Seconds to measure (`jitter 300` qualifies a platform).
-    #[arg(default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    /// How long to measure: seconds, or with a suffix `s`, `m` or `h`
+    /// (`jitter 300`, `jitter 10m`, `jitter 72h`).
+    #[arg(default_value = "60", value_parser = parse_duration)]
     pub duration: u64,
     /// Worst-case latency allowed, in microseconds.
     #[arg(long, default_value_t = 100)]
@@ -53,6 +57,11 @@ pub struct Cli {
     /// it is PREEMPT_RT, 3 if not).
     #[arg(long)]
     pub check_kernel: bool,
+    /// Only run the RT configuration checks for the RT CPUs a measurement
+    /// would use (honors --rt-cpus), print `CHECK STATUS DETAIL`, and exit 0
+    /// when no check fails at INVALID level (warnings allowed), 4 when one does.
+    #[arg(long, conflicts_with = "check_kernel")]
+    pub check: bool,
     /// Largest histogram bucket, in microseconds.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub histogram_max: u32,
@@ -61,6 +70,37 @@ pub struct Cli {
     /// worst case until cyclictest has reported one).
     #[arg(long)]
     pub progress: bool,
+}
+
+/// A duration in seconds: `90`, `90s`, `10m`, `72h`. Refuses 0, a number
+/// too large, and any other suffix.
+pub fn parse_duration(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, suffix) = text.split_at(split);
+    let unit: u64 = match suffix {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        other => {
+            return Err(format!(
+                "{text:?}: unknown unit {other:?}; give seconds, or a number with s, m or h (90s, 10m, 72h)"
+            ));
+        }
+    };
+    if number.is_empty() {
+        return Err(format!("{text:?}: no number; give e.g. 90s, 10m or 72h"));
+    }
+    let value: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?}: the number is too large"))?;
+    let seconds = value
+        .checked_mul(unit)
+        .ok_or_else(|| format!("{text:?}: too long a duration"))?;
+    if seconds == 0 {
+        return Err(format!("{text:?}: the duration must be at least 1 second"));
+    }
+    Ok(seconds)
 }
 
 fn parse_cpus(text: &str) -> Result<CpuSet, String> {
@@ -94,7 +134,6 @@ fn execute(cli: &Cli) -> Result<u8> {
         println!(" PREEMPT_RT: {}", if rt { "yes" } else { "NO" });
         return Ok(if rt { 0 } else { 3 });
     }
-    let outputs = Outputs::open(cli)?;
     let options = Options {
         duration_s: cli.duration,
         budget_us: cli.budget,
@@ -106,6 +145,13 @@ fn execute(cli: &Cli) -> Result<u8> {
         histogram_max_us: cli.histogram_max,
         progress: cli.progress,
     };
+    if cli.check {
+        let (rt_cpus, checks) = crate::run::check_only(&options, Path::new("/"))?;
+        println!("RT CPUs {rt_cpus}");
+        print!("{}", crate::conformance::table(&checks));
+        return Ok(crate::conformance::exit_code(&checks));
+    }
+    let outputs = Outputs::open(cli)?;
     let report = run(&options, outputs.cyclictest)?;
     if outputs.json_to_stdout {
         eprint!("{}", report::table(&report));
@@ -140,5 +186,48 @@ impl Outputs {
             svg: open(cli.svg.as_deref())?,
             cyclictest: open(cli.save_cyclictest.as_deref())?,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        for (text, seconds) in [
+            ("90", 90),
+            ("90s", 90),
+            ("10m", 600),
+            ("72h", 259_200),
+            ("1", 1),
+            (" 5m ", 300),
+        ] {
+            assert_eq!(parse_duration(text), Ok(seconds), "{text}");
+        }
+        let error = |text: &str| parse_duration(text).unwrap_err();
+        assert!(error("0").contains("at least 1 second"), "{}", error("0"));
+        assert!(error("0h").contains("at least 1 second"));
+        assert!(error("5d").contains("unknown unit \"d\""), "{}", error("5d"));
+        assert!(error("5ms").contains("unknown unit"));
+        assert!(error("1.5h").contains("unknown unit"));
+        assert!(error("-5").contains("unknown unit"));
+        assert!(error("h").contains("no number"));
+        assert!(error("").contains("no number"));
+        assert!(error("99999999999999999999").contains("too large"));
+        assert!(error("6000000000000000h").contains("too long"));
+        assert_eq!(parse_duration("18446744073709551615s"), Ok(u64::MAX));
+    }
+
+    #[test]
+    fn duration_and_check_on_the_command_line() {
+        let cli = Cli::try_parse_from(["jitter", "72h"]).unwrap();
+        assert_eq!(cli.duration, 72 * 3600);
+        assert_eq!(Cli::try_parse_from(["jitter"]).unwrap().duration, 60);
+        assert!(Cli::try_parse_from(["jitter", "0"]).is_err());
+        let check = Cli::try_parse_from(["jitter", "--check", "--rt-cpus", "1"]).unwrap();
+        assert!(check.check);
+        assert_eq!(check.rt_cpus, Some(CpuSet::parse("1").unwrap()));
+        assert!(Cli::try_parse_from(["jitter", "--check", "--check-kernel"]).is_err());
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod child;
 pub mod cli;
+pub mod conformance;
 pub mod cpus;
 pub mod cyclictest;
 pub mod load;

@@ -93,6 +93,19 @@ pub fn table(report: &Report) -> String {
         "worst case: {} us on cpu {} (budget {} us)",
         report.assessment.worst_us, worst_cpu, report.run.budget_us
     );
+    if let Some(tail) = &report.tail {
+        let _ = writeln!(out, "tail: {}", tail.sentence(report.run.interval_us));
+        for q in &tail.quantiles {
+            let bound = q
+                .upper_us
+                .map_or("beyond the histogram".into(), |us| format!("at most {us} us"));
+            let _ = writeln!(
+                out,
+                "      {} observed {} us; at 95 % confidence {bound}",
+                q.quantile, q.observed_us
+            );
+        }
+    }
     if report.run.functional_only {
         let _ = writeln!(
             out,
@@ -102,6 +115,9 @@ pub fn table(report: &Report) -> String {
     let _ = writeln!(out, "VERDICT: {}", report.assessment.verdict);
     for reason in &report.assessment.reasons {
         let _ = writeln!(out, "  - {}: {}", reason.code, reason.detail);
+    }
+    for warning in &report.assessment.warnings {
+        let _ = writeln!(out, "WARN   {}: {}", warning.code, warning.detail);
     }
     out
 }

@@ -11,6 +11,7 @@ use anyhow::{Context, Result, bail};
 use tempfile::NamedTempFile;
 
 use crate::child::die_with_jitter;
+use crate::conformance::{self, Conformance};
 use crate::cpus::{CpuSet, isolated_by_cmdline};
 use crate::cyclictest::{self, RunParams, ThreadResult};
 use crate::load::{Load, pin_current_thread};
@@ -100,6 +101,15 @@ pub fn choose_cpus(options: &Options, system: &SystemState) -> Result<(CpuSet, C
         }
     }
     Ok((rt, housekeeping))
+}
+
+/// `jitter --check`: the conformance checks for the RT CPUs a measurement
+/// with these options would use, read below `root`.
+pub fn check_only(options: &Options, root: &Path) -> Result<(CpuSet, Vec<Conformance>)> {
+    let system = read_system(root);
+    let (rt_cpus, _) = choose_cpus(options, &system)?;
+    let checks = conformance::check(root, &rt_cpus);
+    Ok((rt_cpus, checks))
 }
 
 /// Waits until every CPU runs its hrtimers in high-resolution mode: for about
@@ -244,8 +254,13 @@ pub fn run(options: &Options, save_cyclictest: Option<OutputFile>) -> Result<Rep
         bail!("the duration must be at least 1 second");
     }
     install_signal_handlers();
-    let system = read_system(Path::new("/"));
+    let root = Path::new("/");
+    let mut system = read_system(root);
     let (rt_cpus, housekeeping) = choose_cpus(options, &system)?;
+    // IRQs the kernel will not move off the RT CPUs are exempt, as in the
+    // `irq-affinity` check.
+    system.irqs = crate::system::movable_irqs(root, &system.irqs, &rt_cpus);
+    let checks = conformance::check(root, &rt_cpus);
     if !wait_for_hres(Duration::from_secs(15)) {
         eprintln!("jitter: warning: high-resolution timers are not active on every CPU");
     }
@@ -311,10 +326,12 @@ pub fn run(options: &Options, save_cyclictest: Option<OutputFile>) -> Result<Rep
         args,
         load_report,
         &threads,
+        &checks,
     ))
 }
 
-/// The report of one measurement: the assessment and every figure behind it.
+/// The report of one measurement: the assessment and every figure behind it
+/// (`checks` are the conformance checks run before measuring).
 pub fn build_report(
     options: &Options,
     system: &SystemState,
@@ -322,6 +339,7 @@ pub fn build_report(
     args: Vec<String>,
     load_report: LoadReport,
     threads: &[ThreadResult],
+    checks: &[Conformance],
 ) -> Report {
     let cmdline_isolated = isolated_by_cmdline(&system.cmdline);
     let assessment = verdict::assess(&verdict::Inputs {
@@ -337,6 +355,7 @@ pub fn build_report(
         interval_us: options.interval_us,
         budget_us: options.budget_us,
         load: &load_report,
+        conformance: checks,
     });
     let irqs_on_rt_cpus = system
         .irqs
@@ -344,6 +363,7 @@ pub fn build_report(
         .filter(|i| !i.effective.intersection(&rt_cpus).is_empty())
         .cloned()
         .collect();
+    let cores: Vec<CoreStats> = threads.iter().map(CoreStats::from).collect();
     Report {
         schema: SCHEMA.into(),
         jitter_version: env!("CARGO_PKG_VERSION").into(),
@@ -378,9 +398,22 @@ pub fn build_report(
             load: load_report,
             functional_only: system.hypervisor.is_some(),
         },
-        cores: threads.iter().map(CoreStats::from).collect(),
+        tail: Some(tail_of(&cores, options)),
+        cores,
         assessment,
     }
+}
+
+/// The confidence in the worst case, over every measured core.
+fn tail_of(cores: &[CoreStats], options: &Options) -> rtcheck::tail::Tail {
+    let merged = rtcheck::tail::merge(cores.iter().map(|core| core.histogram.as_slice()));
+    let histogram = rtcheck::tail::Histogram {
+        buckets: &merged,
+        overflows: cores.iter().map(|core| core.overflows).sum(),
+        range_us: u64::from(options.histogram_max_us),
+        max_us: cores.iter().map(|core| core.max_us).max().unwrap_or(0),
+    };
+    rtcheck::tail::assess(histogram, options.budget_us, options.interval_us)
 }
 
 #[cfg(test)]
@@ -467,17 +500,25 @@ mod tests {
             "-h".to_string(),
             "60".to_string(),
         ];
-        let mut report = build_report(&options, &system, (rt_cpus, housekeeping), args, load, &threads);
+        let mut report = build_report(
+            &options,
+            &system,
+            (rt_cpus, housekeeping),
+            args,
+            load,
+            &threads,
+            &[],
+        );
         report.jitter_version = "0.1.0".into();
         report
     }
 
     /// The JSON report is a contract with imgbuild's boot stage and ci/e2e:
-    /// it must serialize byte for byte as the committed `jitter-report/1`
-    /// fixture (set JITTER_BLESS=1 to rewrite it after a schema bump).
+    /// it must serialize byte for byte as the committed `jitter-report/2`
+    /// fixture (set JITTER_BLESS=1 to rewrite it after a schema change).
     #[test]
     fn json_report_matches_the_schema_fixture() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/jitter-report-1.json");
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/jitter-report-2.json");
         let json = serde_json::to_string_pretty(&fixture_report()).unwrap() + "\n";
         if std::env::var_os("JITTER_BLESS").is_some() {
             std::fs::write(&path, &json).unwrap();
@@ -485,8 +526,59 @@ mod tests {
         let expected = std::fs::read_to_string(&path).unwrap();
         assert_eq!(
             json, expected,
-            "the jitter-report/1 JSON changed; bump SCHEMA if intended"
+            "the jitter-report/2 JSON changed; change SCHEMA if intended"
         );
+    }
+
+    /// A WARN-level conformance failure is printed after the verdict and
+    /// kept in the JSON, without changing the verdict.
+    #[test]
+    fn conformance_warnings_in_the_report() {
+        let mut report = fixture_report();
+        let checks = [Conformance {
+            id: "timer-migration",
+            code: rtcheck::jitter::ReasonCode::TimerMigration,
+            status: conformance::Status::Warn,
+            detail: "/proc/sys/kernel/timer_migration is 1".into(),
+        }];
+        report.assessment = verdict::assess(&verdict::Inputs {
+            conformance: &checks,
+            ..inputs_of(&report)
+        });
+        let table = crate::report::table(&report);
+        let verdict_at = table.find("VERDICT: INVALID").expect("verdict");
+        let warn_at = table
+            .find("WARN   timer-migration: /proc/sys/kernel/timer_migration is 1\n")
+            .unwrap_or_else(|| panic!("{table}"));
+        assert!(warn_at > verdict_at, "{table}");
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["assessment"]["warnings"][0]["code"], "timer-migration");
+        assert!(
+            report
+                .assessment
+                .reasons
+                .iter()
+                .all(|r| r.code != rtcheck::jitter::ReasonCode::TimerMigration),
+            "{table}"
+        );
+    }
+
+    fn inputs_of(report: &Report) -> verdict::Inputs<'_> {
+        verdict::Inputs {
+            kernel: &report.kernel.evidence,
+            rt_cpus: &report.tuning.rt_cpus,
+            cmdline_isolated: &report.tuning.cmdline_isolated,
+            sysfs_isolated: &report.tuning.sysfs_isolated,
+            irqs: &report.tuning.irqs_on_rt_cpus,
+            governors: &report.tuning.governors,
+            hypervisor: report.tuning.hypervisor.as_deref(),
+            threads: &[],
+            duration_s: report.run.duration_s,
+            interval_us: report.run.interval_us,
+            budget_us: report.run.budget_us,
+            load: &report.run.load,
+            conformance: &[],
+        }
     }
 
     #[test]

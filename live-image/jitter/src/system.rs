@@ -28,11 +28,13 @@ pub struct SystemState {
     pub hypervisor: Option<String>,
 }
 
-fn read(root: &Path, path: &str) -> Option<String> {
+/// The text of `path` below `root`, `None` when it cannot be read.
+pub fn read(root: &Path, path: &str) -> Option<String> {
     std::fs::read_to_string(root.join(path.trim_start_matches('/'))).ok()
 }
 
-fn read_list(root: &Path, path: &str) -> CpuSet {
+/// The CPU list in `path` below `root`; empty when absent or unparsable.
+pub fn read_list(root: &Path, path: &str) -> CpuSet {
     read(root, path)
         .and_then(|t| CpuSet::parse(&t).ok())
         .unwrap_or_default()
@@ -49,32 +51,8 @@ pub fn read_system(root: &Path) -> SystemState {
         .and_then(|gz| rtcheck::ikconfig::gunzip_text(&gz).ok());
     let kernel = rtcheck::evidence::check_running_kernel(&uts_version, proc_config.as_deref());
     let online = read_list(root, "/sys/devices/system/cpu/online");
-    let mut irqs = Vec::new();
-    if let Ok(entries) = std::fs::read_dir(root.join("proc/irq")) {
-        let mut dirs: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
-        dirs.sort();
-        for dir in dirs {
-            let Some(effective) = std::fs::read_to_string(dir.join("effective_affinity_list"))
-                .ok()
-                .and_then(|t| CpuSet::parse(&t).ok())
-            else {
-                continue;
-            };
-            let irq = dir.file_name().unwrap_or_default().to_string_lossy().into_owned();
-            irqs.push(Irq { irq, effective });
-        }
-    }
-    let governors = online
-        .iter()
-        .map(|cpu| {
-            let governor = read(
-                root,
-                &format!("/sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_governor"),
-            )
-            .map(|g| g.trim().to_string());
-            (cpu, governor)
-        })
-        .collect();
+    let irqs = read_irqs(root);
+    let governors = read_governors(root, &online);
     SystemState {
         release: read(root, "/proc/sys/kernel/osrelease")
             .unwrap_or_default()
@@ -90,6 +68,71 @@ pub fn read_system(root: &Path) -> SystemState {
         governors,
         hypervisor: hypervisor(root),
     }
+}
+
+/// Every IRQ under `/proc/irq` with the CPUs it is delivered to
+/// (`effective_affinity_list`, else the requested `smp_affinity_list`).
+pub fn read_irqs(root: &Path) -> Vec<Irq> {
+    let mut irqs = Vec::new();
+    let Ok(entries) = std::fs::read_dir(root.join("proc/irq")) else {
+        return irqs;
+    };
+    let mut dirs: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    dirs.sort();
+    for dir in dirs {
+        let list = |name: &str| {
+            std::fs::read_to_string(dir.join(name))
+                .ok()
+                .and_then(|t| CpuSet::parse(&t).ok())
+        };
+        let Some(effective) = list("effective_affinity_list").or_else(|| list("smp_affinity_list")) else {
+            continue;
+        };
+        let irq = dir.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        irqs.push(Irq { irq, effective });
+    }
+    irqs
+}
+
+/// The cpufreq governor of each CPU; `None` when it has no cpufreq.
+pub fn read_governors(root: &Path, cpus: &CpuSet) -> BTreeMap<u32, Option<String>> {
+    cpus.iter()
+        .map(|cpu| {
+            let path = format!("/sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_governor");
+            (cpu, read(root, &path).map(|g| g.trim().to_string()))
+        })
+        .collect()
+}
+
+/// Whether the kernel lets `irq` be moved: its current `smp_affinity` is
+/// written back unchanged (a no-op for the routing) and the kernel's answer
+/// decides. Per-CPU interrupts (local timers) and managed ones refuse with
+/// EIO (or EINVAL); an IRQ with no `smp_affinity` file cannot be moved
+/// either. Any other failure (not root, read-only procfs) says nothing about
+/// the IRQ, so it counts as movable.
+pub fn irq_can_move(root: &Path, irq: &str) -> bool {
+    use std::io::Write as _;
+    let path = root.join("proc/irq").join(irq).join("smp_affinity");
+    let Ok(current) = std::fs::read_to_string(&path) else {
+        return false;
+    };
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .and_then(|mut file| file.write_all(current.trim().as_bytes()));
+    match written {
+        Ok(()) => true,
+        Err(e) => !matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL)),
+    }
+}
+
+/// `irqs` without those on `rt_cpus` that cannot be moved off them: nothing
+/// can be tuned about those, so they are exempt from the IRQ check.
+pub fn movable_irqs(root: &Path, irqs: &[Irq], rt_cpus: &CpuSet) -> Vec<Irq> {
+    irqs.iter()
+        .filter(|irq| irq.effective.intersection(rt_cpus).is_empty() || irq_can_move(root, &irq.irq))
+        .cloned()
+        .collect()
 }
 
 /// The CPUID hypervisor bit (as `/proc/cpuinfo` shows it), `/sys/hypervisor`,

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use rtcheck::Evidence;
 pub use rtcheck::jitter::{Assessment, LoadReport, Reason, ReasonCode, Verdict};
 
+use crate::conformance::{Conformance, Status};
 use crate::cpus::CpuSet;
 use crate::cyclictest::ThreadResult;
 use crate::system::Irq;
@@ -52,6 +53,48 @@ pub struct Inputs<'a> {
     pub interval_us: u32,
     pub budget_us: u64,
     pub load: &'a LoadReport,
+    /// The conformance checks run before measuring. Those judged from the
+    /// fields above as well (IRQs, governors) are not counted twice.
+    pub conformance: &'a [Conformance],
+}
+
+/// What is wrong with the IRQs of `irqs` that may fire on `rt_cpus`, if any.
+pub fn irqs_on_rt_cpus(irqs: &[Irq], rt_cpus: &CpuSet) -> Option<String> {
+    let on_rt: Vec<String> = irqs
+        .iter()
+        .filter(|irq| !irq.effective.intersection(rt_cpus).is_empty())
+        .map(|irq| format!("{} (cpu {})", irq.irq, irq.effective))
+        .collect();
+    if on_rt.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "{} IRQs may fire on RT CPUs: {}",
+        on_rt.len(),
+        first_of(&on_rt, 8)
+    ))
+}
+
+/// The first `max` of `items`, comma-separated, `...` when there are more.
+pub fn first_of(items: &[String], max: usize) -> String {
+    let shown: Vec<&str> = items.iter().take(max).map(String::as_str).collect();
+    let more = if items.len() > max { ", ..." } else { "" };
+    format!("{}{more}", shown.join(", "))
+}
+
+/// The RT CPUs whose cpufreq governor is not `performance`, if any.
+pub fn governors_not_performance(
+    governors: &BTreeMap<u32, Option<String>>,
+    rt_cpus: &CpuSet,
+) -> Option<String> {
+    let slow: Vec<String> = rt_cpus
+        .iter()
+        .filter_map(|cpu| match governors.get(&cpu) {
+            Some(Some(governor)) if governor != "performance" => Some(format!("cpu{cpu}={governor}")),
+            _ => None,
+        })
+        .collect();
+    (!slow.is_empty()).then(|| format!("cpufreq governor is not performance: {}", slow.join(", ")))
 }
 
 /// Samples a core must deliver: 95% of what the duration and interval allow.
@@ -101,38 +144,30 @@ pub fn assess(inputs: &Inputs) -> Assessment {
         add(ReasonCode::NotIsolated, parts.join("; "));
     }
 
-    let on_rt: Vec<String> = inputs
-        .irqs
-        .iter()
-        .filter(|irq| !irq.effective.intersection(inputs.rt_cpus).is_empty())
-        .map(|irq| format!("{} (cpu {})", irq.irq, irq.effective))
-        .collect();
-    if !on_rt.is_empty() {
-        let shown: Vec<&String> = on_rt.iter().take(8).collect();
-        add(
-            ReasonCode::IrqsOnRtCpus,
-            format!(
-                "{} IRQs may fire on RT CPUs: {}{}",
-                on_rt.len(),
-                shown.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "),
-                if on_rt.len() > 8 { ", ..." } else { "" }
-            ),
-        );
+    if let Some(detail) = irqs_on_rt_cpus(inputs.irqs, inputs.rt_cpus) {
+        add(ReasonCode::IrqsOnRtCpus, detail);
+    }
+    if let Some(detail) = governors_not_performance(inputs.governors, inputs.rt_cpus) {
+        add(ReasonCode::GovernorNotPerformance, detail);
     }
 
-    let slow: Vec<String> = inputs
-        .rt_cpus
-        .iter()
-        .filter_map(|cpu| match inputs.governors.get(&cpu) {
-            Some(Some(governor)) if governor != "performance" => Some(format!("cpu{cpu}={governor}")),
-            _ => None,
-        })
-        .collect();
-    if !slow.is_empty() {
-        add(
-            ReasonCode::GovernorNotPerformance,
-            format!("cpufreq governor is not performance: {}", slow.join(", ")),
-        );
+    let mut warnings = Vec::new();
+    for check in inputs.conformance {
+        if matches!(
+            check.code,
+            ReasonCode::IrqsOnRtCpus | ReasonCode::GovernorNotPerformance
+        ) {
+            continue;
+        }
+        let reason = Reason {
+            code: check.code,
+            detail: check.detail.clone(),
+        };
+        match check.status {
+            Status::Pass => {}
+            Status::Warn => warnings.push(reason),
+            Status::Invalid => add(reason.code, reason.detail),
+        }
     }
 
     if let Some(why) = inputs.hypervisor {
@@ -200,6 +235,7 @@ pub fn assess(inputs: &Inputs) -> Assessment {
         worst_cpu: worst.and_then(|t| t.cpu),
         worst_us,
         samples_needed: needed,
+        warnings,
     }
 }
 
@@ -218,6 +254,7 @@ mod tests {
         hypervisor: Option<&'static str>,
         threads: Vec<ThreadResult>,
         load: LoadReport,
+        conformance: Vec<Conformance>,
     }
 
     fn good() -> Case {
@@ -251,6 +288,7 @@ mod tests {
                 io_bytes: 1 << 20,
                 cpus: CpuSet::parse("0").unwrap(),
             },
+            conformance: Vec::new(),
             rt,
         }
     }
@@ -269,6 +307,7 @@ mod tests {
             interval_us: 200,
             budget_us: 100,
             load: &case.load,
+            conformance: &case.conformance,
         })
     }
 
@@ -345,6 +384,35 @@ mod tests {
             assert_eq!(a.verdict, Verdict::Invalid, "{code:?}: {a:?}");
             assert_eq!(codes(&a), vec![code], "{a:?}");
         }
+
+        // Conformance failures: INVALID-level ones are reasons, WARN-level
+        // ones only warnings; IRQs and governors are judged once, above.
+        let check = |code, status| Conformance {
+            id: "x",
+            code,
+            status,
+            detail: format!("{code} failed"),
+        };
+        let mut tuned = good();
+        tuned.conformance = vec![
+            check(ReasonCode::RtThrottling, Status::Invalid),
+            check(ReasonCode::TimerMigration, Status::Warn),
+            check(ReasonCode::IrqsOnRtCpus, Status::Invalid),
+            check(ReasonCode::IdleStates, Status::Pass),
+        ];
+        let a = run(&tuned);
+        assert_eq!(a.verdict, Verdict::Invalid, "{a:?}");
+        assert_eq!(codes(&a), vec![ReasonCode::RtThrottling], "{a:?}");
+        let warned: Vec<ReasonCode> = a.warnings.iter().map(|r| r.code).collect();
+        assert_eq!(warned, vec![ReasonCode::TimerMigration], "{a:?}");
+        tuned.conformance.remove(0);
+        let a = run(&tuned);
+        assert_eq!(
+            a.verdict,
+            Verdict::Pass,
+            "a warning never changes the verdict: {a:?}"
+        );
+        assert_eq!(a.warnings.len(), 1);
 
         // INVALID wins over FAIL: an untrusted measurement proves nothing.
         let mut both = good();

@@ -246,7 +246,24 @@ fn real_run_here_reports_what_this_system_is() {
     let output = assert.get_output();
     let table = String::from_utf8_lossy(&output.stdout).into_owned();
     let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    assert_eq!(report["schema"], "jitter-report/1");
+    assert_eq!(report["schema"], "jitter-report/2");
+    // The tail's confidence covers every measured cycle.
+    let samples: u64 = report["cores"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["samples"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        report["tail"]["cycles"].as_u64(),
+        Some(samples),
+        "{}",
+        report["tail"]
+    );
+    assert!(
+        table.contains("at 95 % confidence fewer than 1 miss in"),
+        "{table}"
+    );
     let codes: Vec<&str> = report["assessment"]["reasons"]
         .as_array()
         .unwrap()
