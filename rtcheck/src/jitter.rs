@@ -398,6 +398,35 @@ pub struct Report {
     /// How sure the worst case is (`/2`; absent in `/1` reports).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tail: Option<crate::tail::Tail>,
+    /// The runs a soak (`jitter --checkpoint-dir`, `--resume`) was measured
+    /// in; absent for a measurement in one run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub soak: Option<Soak>,
+}
+
+/// A soak measured over several runs of jitter, resumed from checkpoints.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Soak {
+    /// Every uninterrupted run (one jitter process), in order.
+    pub segments: Vec<Segment>,
+    /// Wall-clock seconds between the end of a segment's last checkpoint and
+    /// the start of the next segment: `gaps_s[i]` follows `segments[i]`.
+    pub gaps_s: Vec<u64>,
+}
+
+/// One uninterrupted run of a soak, as far as its last checkpoint.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Segment {
+    /// Wall time, UTC, `YYYY-MM-DDTHH:MM:SSZ`.
+    pub start: String,
+    pub end: String,
+    /// Seconds since the Unix epoch of `start` and `end`.
+    pub start_unix: u64,
+    pub end_unix: u64,
+    /// Seconds measured in this segment.
+    pub seconds: u64,
+    /// Samples taken in this segment, over every core.
+    pub samples: u64,
 }
 
 impl Report {
@@ -481,6 +510,30 @@ mod tests {
         assert_eq!(report.schema, "jitter-report/1");
         assert_eq!(report.tail, None);
         assert_eq!(report.verdict(), Verdict::Invalid);
+    }
+
+    #[test]
+    fn a_soak_round_trips_and_is_absent_otherwise() {
+        let mut report: Report = serde_json::from_str(FIXTURE).unwrap();
+        assert_eq!(report.soak, None);
+        let segment = |start_unix: u64, seconds: u64| Segment {
+            start: format!("t{start_unix}"),
+            end: format!("t{}", start_unix + seconds),
+            start_unix,
+            end_unix: start_unix + seconds,
+            seconds,
+            samples: seconds * 5000,
+        };
+        report.soak = Some(Soak {
+            segments: vec![segment(100, 20), segment(130, 20)],
+            gaps_s: vec![10],
+        });
+        let json = serde_json::to_string_pretty(&report).unwrap();
+        assert!(json.contains("\"gaps_s\""), "{json}");
+        let back: Report = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, report);
+        report.soak = None;
+        assert!(!serde_json::to_string(&report).unwrap().contains("soak"));
     }
 
     #[test]

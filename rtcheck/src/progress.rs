@@ -6,12 +6,19 @@
 //! jitter: progress 12/300 s
 //! ```
 //!
-//! The second form is printed while the worst case is not yet known.
+//! The second form is printed while the worst case is not yet known. A soak
+//! (`jitter --checkpoint-dir`) adds the samples taken so far:
+//!
+//! ```text
+//! jitter: progress 120/259200 s, worst case 42 us, 1200000 samples
+//! jitter: progress 120/259200 s, 1200000 samples
+//! ```
 
 use std::fmt;
 
 const PREFIX: &str = "jitter: progress ";
 const WORST_CASE: &str = ", worst case ";
+const SAMPLES: &str = " samples";
 
 /// How far a measurement is, and its worst latency so far.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,6 +30,8 @@ pub struct Progress {
     /// The highest latency any measuring thread has seen so far, in µs;
     /// `None` while none has reported yet.
     pub worst_us: Option<u64>,
+    /// Samples taken so far over every core, printed by a soak only.
+    pub samples: Option<u64>,
 }
 
 impl fmt::Display for Progress {
@@ -31,6 +40,9 @@ impl fmt::Display for Progress {
         write!(f, "{PREFIX}{}/{} s", self.elapsed_s, self.total_s)?;
         if let Some(worst) = self.worst_us {
             write!(f, "{WORST_CASE}{worst} us")?;
+        }
+        if let Some(samples) = self.samples {
+            write!(f, ", {samples}{SAMPLES}")?;
         }
         Ok(())
     }
@@ -43,6 +55,13 @@ impl Progress {
         let line = line.strip_suffix('\n').unwrap_or(line);
         let line = line.strip_suffix('\r').unwrap_or(line);
         let rest = line.strip_prefix(PREFIX)?;
+        let (rest, samples) = match rest.strip_suffix(SAMPLES) {
+            Some(head) => {
+                let (rest, samples) = head.rsplit_once(", ")?;
+                (rest, Some(samples.parse().ok()?))
+            }
+            None => (rest, None),
+        };
         let (seconds, worst_us) = match rest.split_once(WORST_CASE) {
             Some((seconds, worst)) => (seconds, Some(worst.strip_suffix(" us")?.parse().ok()?)),
             None => (rest, None),
@@ -52,6 +71,7 @@ impl Progress {
             elapsed_s: elapsed.parse().ok()?,
             total_s: total.parse().ok()?,
             worst_us,
+            samples,
         };
         // Only what Display prints: no `+12`, `012` or extra spaces.
         (progress.to_string() == line).then_some(progress)
@@ -68,6 +88,7 @@ mod tests {
             elapsed_s: 12,
             total_s: 300,
             worst_us: Some(42),
+            samples: None,
         };
         assert_eq!(known.to_string(), "jitter: progress 12/300 s, worst case 42 us");
         let unknown = Progress {
@@ -83,11 +104,47 @@ mod tests {
     }
 
     #[test]
+    fn soak_lines_carry_the_samples() {
+        let soak = Progress {
+            elapsed_s: 120,
+            total_s: 259_200,
+            worst_us: Some(42),
+            samples: Some(1_200_000),
+        };
+        let line = "jitter: progress 120/259200 s, worst case 42 us, 1200000 samples";
+        assert_eq!(soak.to_string(), line);
+        assert_eq!(Progress::parse(line), Some(soak));
+        let early = Progress {
+            worst_us: None,
+            ..soak
+        };
+        assert_eq!(
+            early.to_string(),
+            "jitter: progress 120/259200 s, 1200000 samples"
+        );
+        assert_eq!(Progress::parse(&early.to_string()), Some(early));
+        assert_eq!(Progress::parse(&format!("{line}\r\n")), Some(soak));
+        for broken in [
+            "jitter: progress 120/259200 s, worst case 42 us, samples",
+            "jitter: progress 120/259200 s, worst case 42 us,  1200000 samples",
+            "jitter: progress 120/259200 s, worst case 42 us, 1200000",
+            "jitter: progress 120/259200 s, worst case 42 us 1200000 samples",
+            "jitter: progress 120/259200 s, worst case 42 us, -1 samples",
+            "jitter: progress 120/259200 s, worst case 42 us, 01 samples",
+            "jitter: progress 120/259200 s, 1 samples, worst case 42 us",
+            "jitter: progress 1200000 samples",
+        ] {
+            assert_eq!(Progress::parse(broken), None, "{broken:?}");
+        }
+    }
+
+    #[test]
     fn line_endings_are_tolerated() {
         let expected = Some(Progress {
             elapsed_s: 2,
             total_s: 8,
             worst_us: Some(7),
+            samples: None,
         });
         for line in [
             "jitter: progress 2/8 s, worst case 7 us\r",
@@ -130,8 +187,8 @@ mod tests {
 
     proptest::proptest! {
         #[test]
-        fn round_trip(elapsed_s: u64, total_s: u64, worst_us: Option<u64>) {
-            let progress = Progress { elapsed_s, total_s, worst_us };
+        fn round_trip(elapsed_s: u64, total_s: u64, worst_us: Option<u64>, samples: Option<u64>) {
+            let progress = Progress { elapsed_s, total_s, worst_us, samples };
             proptest::prop_assert_eq!(Progress::parse(&progress.to_string()), Some(progress));
         }
 
@@ -144,7 +201,7 @@ mod tests {
         /// Display prints.
         #[test]
         fn only_its_own_lines_parse(
-            line in "jitter: progress [0-9+ ]{0,3}/[0-9 ]{0,3} s(, worst case [0-9 ]{0,3} us)?"
+            line in "jitter: progress [0-9+ ]{0,3}/[0-9 ]{0,3} s(, worst case [0-9 ]{0,3} us)?(,? ?[0-9+ ]{0,3} samples)?"
         ) {
             if let Some(progress) = Progress::parse(&line) {
                 proptest::prop_assert_eq!(progress.to_string(), line);

@@ -5,13 +5,14 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::Result;
+use anyhow::{Context, Result, bail};
 use clap::Parser;
 
+use crate::checkpoint::{self, Checkpoint};
 use crate::cpus::CpuSet;
 use crate::output::OutputFile;
 use crate::report;
-use crate::run::{Options, run};
+use crate::run::{Options, run, run_soak, soak_options};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -70,6 +71,19 @@ pub struct Cli {
     /// worst case until cyclictest has reported one).
     #[arg(long)]
     pub progress: bool,
+    /// Soak: measure in runs of --checkpoint-every under one load, and after
+    /// each save the merged results in DIR/checkpoint.json, so that
+    /// `jitter --resume DIR` can continue after jitter was killed.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["check", "check_kernel"])]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// With --checkpoint-dir: how long each run lasts between checkpoints.
+    #[arg(long, default_value = "10m", value_parser = parse_duration, requires = "checkpoint_dir")]
+    pub checkpoint_every: u64,
+    /// Continue the soak saved in DIR/checkpoint.json for its remaining
+    /// duration, with its options (measurement options given here are
+    /// ignored; --json, --svg, --save-cyclictest and --progress apply).
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["check", "check_kernel", "checkpoint_dir"])]
+    pub resume: Option<PathBuf>,
 }
 
 /// A duration in seconds: `90`, `90s`, `10m`, `72h`. Refuses 0, a number
@@ -145,14 +159,34 @@ fn execute(cli: &Cli) -> Result<u8> {
         histogram_max_us: cli.histogram_max,
         progress: cli.progress,
     };
+    if let Some(dir) = &cli.checkpoint_dir {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        if checkpoint::path(dir).exists() {
+            bail!(
+                "{} already holds a soak: continue it with `jitter --resume {}`, or remove it",
+                checkpoint::path(dir).display(),
+                dir.display()
+            );
+        }
+    }
     if cli.check {
         let (rt_cpus, checks) = crate::run::check_only(&options, Path::new("/"))?;
         println!("RT CPUs {rt_cpus}");
         print!("{}", crate::conformance::table(&checks));
         return Ok(crate::conformance::exit_code(&checks));
     }
-    let outputs = Outputs::open(cli)?;
-    let report = run(&options, outputs.cyclictest)?;
+    let resumed = cli.resume.as_deref().map(Checkpoint::read).transpose()?;
+    let mut outputs = Outputs::open(cli)?;
+    let save_cyclictest = outputs.cyclictest.take();
+    let report = if let (Some(dir), Some(checkpoint)) = (&cli.resume, resumed) {
+        let options = soak_options(&checkpoint.options, cli.progress);
+        let every_s = checkpoint.options.checkpoint_every_s;
+        run_soak(&options, dir, every_s, Some(checkpoint), save_cyclictest)?
+    } else if let Some(dir) = &cli.checkpoint_dir {
+        run_soak(&options, dir, cli.checkpoint_every, None, save_cyclictest)?
+    } else {
+        run(&options, save_cyclictest)?
+    };
     if outputs.json_to_stdout {
         eprint!("{}", report::table(&report));
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -229,5 +263,20 @@ mod tests {
         assert!(check.check);
         assert_eq!(check.rt_cpus, Some(CpuSet::parse("1").unwrap()));
         assert!(Cli::try_parse_from(["jitter", "--check", "--check-kernel"]).is_err());
+    }
+
+    #[test]
+    fn soak_options_on_the_command_line() {
+        let soak = Cli::try_parse_from(["jitter", "72h", "--checkpoint-dir", "/d"]).unwrap();
+        assert_eq!(soak.checkpoint_dir, Some(PathBuf::from("/d")));
+        assert_eq!(soak.checkpoint_every, 600);
+        let every =
+            Cli::try_parse_from(["jitter", "--checkpoint-dir", "/d", "--checkpoint-every", "5s"]).unwrap();
+        assert_eq!(every.checkpoint_every, 5);
+        assert!(Cli::try_parse_from(["jitter", "--checkpoint-every", "5s"]).is_err());
+        let resume = Cli::try_parse_from(["jitter", "--resume", "/d"]).unwrap();
+        assert_eq!(resume.resume, Some(PathBuf::from("/d")));
+        assert!(Cli::try_parse_from(["jitter", "--resume", "/d", "--checkpoint-dir", "/e"]).is_err());
+        assert!(Cli::try_parse_from(["jitter", "--resume", "/d", "--check"]).is_err());
     }
 }

@@ -3,6 +3,7 @@
 //! gives a verdict: PASS, FAIL, or INVALID with the reasons the measurement
 //! cannot be trusted.
 
+pub mod checkpoint;
 pub mod child;
 pub mod cli;
 pub mod conformance;

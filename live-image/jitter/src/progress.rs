@@ -95,6 +95,29 @@ impl Schedule {
     }
 }
 
+/// Where a soak stood when the current cyclictest run started: its progress
+/// lines count over the whole soak.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SoakSoFar {
+    pub elapsed_s: u64,
+    pub total_s: u64,
+    pub samples: u64,
+    pub worst_us: Option<u64>,
+}
+
+impl SoakSoFar {
+    /// The line `elapsed_s` into the current run, whose worst case so far
+    /// is `live_worst_us`.
+    fn line(&self, elapsed_s: u64, live_worst_us: Option<u64>) -> Progress {
+        Progress {
+            elapsed_s: self.elapsed_s + elapsed_s,
+            total_s: self.total_s,
+            worst_us: self.worst_us.max(live_worst_us),
+            samples: Some(self.samples),
+        }
+    }
+}
+
 /// Prints the progress of one cyclictest run; [`Reporter::tick`] is called
 /// every 100 ms or so while it runs.
 pub struct Reporter {
@@ -103,17 +126,20 @@ pub struct Reporter {
     schedule: Schedule,
     worst: LiveWorst,
     handler_installed: bool,
+    soak: Option<SoakSoFar>,
 }
 
 impl Reporter {
-    /// For the cyclictest just started as `pid`, measuring for `total_s`.
-    pub fn new(pid: u32, total_s: u64, worst: LiveWorst) -> Reporter {
+    /// For the cyclictest just started as `pid`, measuring for `total_s`,
+    /// within `soak` if it is one run of a soak.
+    pub fn new(pid: u32, total_s: u64, worst: LiveWorst, soak: Option<SoakSoFar>) -> Reporter {
         Reporter {
             cyclictest: pid as libc::pid_t,
             started: Instant::now(),
             schedule: Schedule::new(total_s),
             worst,
             handler_installed: false,
+            soak,
         }
     }
 
@@ -121,14 +147,18 @@ impl Reporter {
         match self.schedule.step(self.started.elapsed()) {
             Step::Wait => {}
             Step::AskStatus => self.ask_status(),
-            Step::PrintLine { elapsed_s } => eprintln!(
-                "{}",
-                Progress {
-                    elapsed_s,
-                    total_s: self.schedule.total_s,
-                    worst_us: self.worst.get(),
-                }
-            ),
+            Step::PrintLine { elapsed_s } => {
+                let line = match &self.soak {
+                    Some(soak) => soak.line(elapsed_s, self.worst.get()),
+                    None => Progress {
+                        elapsed_s,
+                        total_s: self.schedule.total_s,
+                        worst_us: self.worst.get(),
+                        samples: None,
+                    },
+                };
+                eprintln!("{line}");
+            }
         }
     }
 
@@ -232,6 +262,29 @@ mod tests {
         assert_eq!(steps(2, 100, 5000), []);
         assert_eq!(steps(1, 100, 5000), []);
         assert_eq!(steps(3, 100, 5000).len(), 2);
+    }
+
+    #[test]
+    fn soak_lines_count_over_the_whole_soak() {
+        let soak = SoakSoFar {
+            elapsed_s: 120,
+            total_s: 259_200,
+            samples: 1_200_000,
+            worst_us: Some(42),
+        };
+        assert_eq!(
+            soak.line(4, Some(17)).to_string(),
+            "jitter: progress 124/259200 s, worst case 42 us, 1200000 samples"
+        );
+        assert_eq!(soak.line(4, Some(50)).worst_us, Some(50));
+        let first = SoakSoFar {
+            worst_us: None,
+            ..SoakSoFar::default()
+        };
+        assert_eq!(
+            first.line(2, None).to_string(),
+            "jitter: progress 2/0 s, 0 samples"
+        );
     }
 
     #[test]

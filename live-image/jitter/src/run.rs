@@ -10,13 +10,14 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use tempfile::NamedTempFile;
 
+use crate::checkpoint::{Checkpoint, SoakOptions, now_unix};
 use crate::child::die_with_jitter;
 use crate::conformance::{self, Conformance};
 use crate::cpus::{CpuSet, isolated_by_cmdline};
 use crate::cyclictest::{self, RunParams, ThreadResult};
 use crate::load::{Load, pin_current_thread};
 use crate::output::OutputFile;
-use crate::progress::{LiveWorst, Reporter};
+use crate::progress::{LiveWorst, Reporter, SoakSoFar};
 use crate::report::{CoreStats, KernelInfo, Report, RunInfo, SCHEMA, Tuning};
 use crate::system::{SystemState, read_system};
 use crate::verdict::{self, LoadReport};
@@ -139,13 +140,13 @@ struct CyclictestOutput {
     json: Option<String>,
 }
 
-/// Runs cyclictest to its end; with `progress_total_s`, prints its progress
-/// over that many seconds.
+/// Runs cyclictest to its end; with `progress`, prints its progress over
+/// that many seconds (within a soak, over the whole soak).
 fn run_cyclictest(
     args: &[String],
     json_file: Option<&Path>,
     housekeeping: &CpuSet,
-    progress_total_s: Option<u64>,
+    progress: Option<(u64, Option<SoakSoFar>)>,
 ) -> Result<CyclictestOutput> {
     // Pin ourselves (and so cyclictest's start-up) to the housekeeping CPUs.
     let _ = pin_current_thread(housekeeping);
@@ -167,7 +168,8 @@ fn run_cyclictest(
         s
     });
     let worst = LiveWorst::default();
-    let mut progress = progress_total_s.map(|total_s| Reporter::new(child.id(), total_s, worst.clone()));
+    let mut progress =
+        progress.map(|(total_s, soak)| Reporter::new(child.id(), total_s, worst.clone(), soak));
     let err_reader = std::thread::spawn(move || {
         cyclictest::read_stderr(BufReader::new(stderr_pipe), |max| worst.record(max))
     });
@@ -234,9 +236,16 @@ fn cyclictest_json_file() -> Result<Option<NamedTempFile>> {
     Ok(Some(file))
 }
 
-/// Runs the whole measurement; keeps cyclictest's own output in
-/// `save_cyclictest` if given (opened by the caller before measuring).
-pub fn run(options: &Options, save_cyclictest: Option<OutputFile>) -> Result<Report> {
+/// What every measurement needs before it starts: the system, the CPUs and
+/// the conformance checks.
+struct Prepared {
+    system: SystemState,
+    rt_cpus: CpuSet,
+    housekeeping: CpuSet,
+    checks: Vec<Conformance>,
+}
+
+fn prepare(options: &Options) -> Result<Prepared> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         bail!(
@@ -264,52 +273,51 @@ pub fn run(options: &Options, save_cyclictest: Option<OutputFile>) -> Result<Rep
     if !wait_for_hres(Duration::from_secs(15)) {
         eprintln!("jitter: warning: high-resolution timers are not active on every CPU");
     }
+    Ok(Prepared {
+        system,
+        rt_cpus,
+        housekeeping,
+        checks,
+    })
+}
+
+/// One cyclictest run: its arguments, its own output, its per-thread results.
+struct Measured {
+    args: Vec<String>,
+    stdout: String,
+    threads: Vec<ThreadResult>,
+}
+
+/// cyclictest's arguments for one run of `duration_s`, and the file for
+/// its JSON.
+struct Plan {
+    args: Vec<String>,
+    json_file: Option<NamedTempFile>,
+}
+
+fn plan(options: &Options, prepared: &Prepared, duration_s: u64) -> Result<Plan> {
     let params = RunParams {
-        duration_s: options.duration_s,
+        duration_s,
         interval_us: options.interval_us,
         priority: options.priority,
-        rt_cpus: rt_cpus.clone(),
-        housekeeping: housekeeping.clone(),
+        rt_cpus: prepared.rt_cpus.clone(),
+        housekeeping: prepared.housekeeping.clone(),
         histogram_max_us: options.histogram_max_us,
     };
     let json_file = cyclictest_json_file()?;
-    let json_path = json_file.as_ref().map(NamedTempFile::path);
-    let args = cyclictest::arguments(&params, json_path);
-    let load_text = if options.no_load {
-        "no load".to_string()
-    } else {
-        format!("load on CPUs {housekeeping}")
-    };
-    eprintln!(
-        "jitter: measuring CPUs {rt_cpus} for {} s ({load_text}): cyclictest {}",
-        options.duration_s,
-        args.join(" ")
-    );
+    let args = cyclictest::arguments(&params, json_file.as_ref().map(NamedTempFile::path));
+    Ok(Plan { args, json_file })
+}
 
-    let load = if options.no_load {
-        None
-    } else {
-        Some(Load::start(&housekeeping).context("starting the load")?)
-    };
-    let progress_total_s = options.progress.then_some(options.duration_s);
-    let measured = run_cyclictest(&args, json_path, &housekeeping, progress_total_s);
-    let load_report = match load {
-        Some(load) => {
-            if let Some(error) = load.last_error() {
-                eprintln!("jitter: load: {error}");
-            }
-            load.stop()
-        }
-        None => LoadReport {
-            cpus: housekeeping.clone(),
-            ..LoadReport::default()
-        },
-    };
-    drop(json_file);
-    let measured = measured?;
-    if let Some(file) = save_cyclictest {
-        file.write(measured.stdout.as_bytes())?;
-    }
+/// Runs cyclictest once as `plan` says (the load, if any, already runs).
+fn measure_once(
+    plan: Plan,
+    prepared: &Prepared,
+    progress: Option<(u64, Option<SoakSoFar>)>,
+) -> Result<Measured> {
+    let json_path = plan.json_file.as_ref().map(NamedTempFile::path);
+    let measured = run_cyclictest(&plan.args, json_path, &prepared.housekeeping, progress)?;
+    drop(plan.json_file);
     let text = cyclictest::parse_histogram(&measured.stdout).context("parsing cyclictest's histogram")?;
     let json = measured
         .json
@@ -317,17 +325,192 @@ pub fn run(options: &Options, save_cyclictest: Option<OutputFile>) -> Result<Rep
         .map(cyclictest::parse_json)
         .transpose()
         .context("parsing cyclictest's JSON")?;
-    let threads = cyclictest::combine(text, json, &rt_cpus);
+    let threads = cyclictest::combine(text, json, &prepared.rt_cpus);
+    Ok(Measured {
+        args: plan.args,
+        stdout: measured.stdout,
+        threads,
+    })
+}
 
+fn start_load(options: &Options, prepared: &Prepared, seconds: u64, args: &[String]) -> Result<Option<Load>> {
+    let (rt_cpus, housekeeping) = (&prepared.rt_cpus, &prepared.housekeeping);
+    let load_text = if options.no_load {
+        "no load".to_string()
+    } else {
+        format!("load on CPUs {housekeeping}")
+    };
+    eprintln!(
+        "jitter: measuring CPUs {rt_cpus} for {seconds} s ({load_text}): cyclictest {}",
+        args.join(" ")
+    );
+    if options.no_load {
+        return Ok(None);
+    }
+    Ok(Some(Load::start(housekeeping).context("starting the load")?))
+}
+
+fn stop_load(load: Option<Load>, prepared: &Prepared) -> LoadReport {
+    match load {
+        Some(load) => {
+            if let Some(error) = load.last_error() {
+                eprintln!("jitter: load: {error}");
+            }
+            load.stop()
+        }
+        None => LoadReport {
+            cpus: prepared.housekeeping.clone(),
+            ..LoadReport::default()
+        },
+    }
+}
+
+/// Runs the whole measurement; keeps cyclictest's own output in
+/// `save_cyclictest` if given (opened by the caller before measuring).
+pub fn run(options: &Options, save_cyclictest: Option<OutputFile>) -> Result<Report> {
+    let prepared = prepare(options)?;
+    let plan = plan(options, &prepared, options.duration_s)?;
+    let load = start_load(options, &prepared, options.duration_s, &plan.args)?;
+    let progress = options.progress.then_some((options.duration_s, None));
+    let measured = measure_once(plan, &prepared, progress);
+    let load_report = stop_load(load, &prepared);
+    let measured = measured?;
+    if let Some(file) = save_cyclictest {
+        file.write(measured.stdout.as_bytes())?;
+    }
     Ok(build_report(
         options,
-        &system,
-        (rt_cpus, housekeeping),
-        args,
+        &prepared.system,
+        (prepared.rt_cpus, prepared.housekeeping),
+        measured.args,
         load_report,
-        &threads,
-        &checks,
+        &measured.threads,
+        &prepared.checks,
     ))
+}
+
+/// The options a soak's checkpoint fixes, as measurement options.
+pub fn soak_options(saved: &SoakOptions, progress: bool) -> Options {
+    Options {
+        duration_s: saved.duration_s,
+        budget_us: saved.budget_us,
+        rt_cpus: Some(saved.rt_cpus.clone()),
+        housekeeping: Some(saved.housekeeping.clone()),
+        interval_us: saved.interval_us,
+        priority: saved.priority,
+        no_load: saved.no_load,
+        histogram_max_us: saved.histogram_max_us,
+        progress,
+    }
+}
+
+/// Sums the load of two runs.
+fn add_load(total: &mut LoadReport, run: LoadReport) {
+    total.enabled |= run.enabled;
+    total.hackbench_runs += run.hackbench_runs;
+    total.hackbench_failures += run.hackbench_failures;
+    total.burner_threads = total.burner_threads.max(run.burner_threads);
+    total.io_bytes += run.io_bytes;
+    total.cpus = run.cpus;
+}
+
+/// A soak: cyclictest runs of `every_s` (the last one shorter) under one
+/// load, each merged into `dir/checkpoint.json`; continues `resumed` if
+/// given. The report covers every segment of the soak.
+pub fn run_soak(
+    options: &Options,
+    dir: &Path,
+    every_s: u64,
+    resumed: Option<Checkpoint>,
+    save_cyclictest: Option<OutputFile>,
+) -> Result<Report> {
+    let prepared = prepare(options)?;
+    let mut checkpoint = resumed.unwrap_or_else(|| {
+        Checkpoint::new(SoakOptions {
+            duration_s: options.duration_s,
+            budget_us: options.budget_us,
+            rt_cpus: prepared.rt_cpus.clone(),
+            housekeeping: prepared.housekeeping.clone(),
+            interval_us: options.interval_us,
+            priority: options.priority,
+            no_load: options.no_load,
+            histogram_max_us: options.histogram_max_us,
+            checkpoint_every_s: every_s,
+        })
+    });
+    checkpoint.start_segment(now_unix());
+    checkpoint.write(dir)?;
+    let first = plan(options, &prepared, every_s.min(checkpoint.remaining_s()).max(1))?;
+    let load = start_load(options, &prepared, checkpoint.remaining_s(), &first.args)?;
+    drop(first);
+    let mut last_stdout = String::new();
+    let mut failed = None;
+    while checkpoint.remaining_s() > 0 && !INTERRUPTED.load(Ordering::SeqCst) {
+        let seconds = every_s.min(checkpoint.remaining_s());
+        let so_far = SoakSoFar {
+            elapsed_s: checkpoint.elapsed_s,
+            total_s: checkpoint.options.duration_s,
+            samples: checkpoint.samples(),
+            worst_us: checkpoint.cores.iter().map(|c| c.max_us).max(),
+        };
+        let started = Instant::now();
+        let progress = options.progress.then_some((seconds, Some(so_far)));
+        let measured = match plan(options, &prepared, seconds)
+            .and_then(|plan| measure_once(plan, &prepared, progress))
+        {
+            Ok(measured) => measured,
+            Err(error) => {
+                failed = Some(error);
+                break;
+            }
+        };
+        // Interrupted, cyclictest stops early with what it measured.
+        let measured_s = if INTERRUPTED.load(Ordering::SeqCst) {
+            started.elapsed().as_secs().min(seconds)
+        } else {
+            seconds
+        };
+        checkpoint.add_run(measured_s, &measured.threads, now_unix());
+        checkpoint.cyclictest_args = measured.args;
+        last_stdout = measured.stdout;
+        if let Err(error) = checkpoint.write(dir) {
+            failed = Some(error);
+            break;
+        }
+        eprintln!(
+            "jitter: checkpoint {}/{} s, {} samples",
+            checkpoint.elapsed_s,
+            checkpoint.options.duration_s,
+            checkpoint.samples()
+        );
+    }
+    add_load(&mut checkpoint.load, stop_load(load, &prepared));
+    if let Some(error) = failed {
+        return Err(error);
+    }
+    checkpoint.write(dir)?;
+    if checkpoint.remaining_s() > 0 {
+        bail!(
+            "interrupted after {}/{} s; continue with `jitter --resume {}`",
+            checkpoint.elapsed_s,
+            checkpoint.options.duration_s,
+            dir.display()
+        );
+    }
+    if let Some(file) = save_cyclictest {
+        file.write(last_stdout.as_bytes())?;
+    }
+    let mut report = build_report(
+        options,
+        &prepared.system,
+        (prepared.rt_cpus, prepared.housekeeping),
+        checkpoint.cyclictest_args.clone(),
+        checkpoint.load.clone(),
+        &checkpoint.threads(),
+        &prepared.checks,
+    );
+    report.soak = Some(checkpoint.soak());
+    Ok(report)
 }
 
 /// The report of one measurement: the assessment and every figure behind it
@@ -399,6 +582,7 @@ pub fn build_report(
             functional_only: system.hypervisor.is_some(),
         },
         tail: Some(tail_of(&cores, options)),
+        soak: None,
         cores,
         assessment,
     }

@@ -491,3 +491,138 @@ unsafe extern "C" {
     #[link_name = "geteuid"]
     fn libc_geteuid() -> u32;
 }
+
+/// The checkpoint's `elapsed_s`, once it reads.
+fn checkpoint_elapsed(dir: &Path) -> Option<u64> {
+    let text = std::fs::read_to_string(dir.join("checkpoint.json")).ok()?;
+    let value: serde_json::Value = serde_json::from_str(&text).ok()?;
+    value["elapsed_s"].as_u64()
+}
+
+/// A real 40 s soak checkpointed every 5 s, killed with SIGKILL after three
+/// checkpoints and resumed: the report covers both runs, and the killed
+/// run leaves no load or cyclictest behind.
+#[test]
+fn a_killed_soak_resumes_to_the_full_duration() {
+    if !can_measure("a_killed_soak_resumes_to_the_full_duration") {
+        return;
+    }
+    let _one_at_a_time = measuring();
+    let dir = tempfile::tempdir().unwrap();
+    let soak = dir.path().join("soak");
+    let json = dir.path().join("report.json");
+    let mut jitter = std::process::Command::new(env!("CARGO_BIN_EXE_jitter"))
+        .args([
+            "40s",
+            "--checkpoint-every",
+            "5s",
+            "--rt-cpus",
+            "1",
+            "--housekeeping",
+            "0",
+        ])
+        .arg("--checkpoint-dir")
+        .arg(&soak)
+        .arg("--json")
+        .arg(&json)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut tree = Vec::new();
+    let checkpointed = poll(Duration::from_secs(60), || {
+        // The load and cyclictest as they run, to check they die with jitter.
+        for p in descendants(jitter.id()) {
+            if !tree.contains(&p) {
+                tree.push(p);
+            }
+        }
+        checkpoint_elapsed(&soak).filter(|elapsed| *elapsed >= 15)
+    });
+    jitter.kill().unwrap();
+    jitter.wait().unwrap();
+    let killed_at = checkpointed.expect("no third checkpoint within 60 s");
+    assert!(killed_at < 40, "{killed_at}");
+    // The killed run created its report file (an output is opened before
+    // measuring) but never wrote it.
+    let written = std::fs::read(&json).unwrap_or_default();
+    assert!(written.is_empty(), "the killed run wrote a report");
+    assert!(tree.iter().any(|p| p.comm == "hackbench"), "{tree:?}");
+    let gone = poll(Duration::from_secs(10), || {
+        tree.iter().all(|p| !still_runs(p)).then_some(())
+    });
+    let left: Vec<&Process> = tree.iter().filter(|p| still_runs(p)).collect();
+    assert!(
+        gone.is_some(),
+        "still running 10 s after the soak was killed: {left:?}"
+    );
+
+    let resumed = Command::cargo_bin("jitter")
+        .unwrap()
+        .arg("--resume")
+        .arg(&soak)
+        .arg("--progress")
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&resumed.stderr);
+    assert!(
+        [0, 3, 4].contains(&resumed.status.code().unwrap()),
+        "{:?}: {stderr}",
+        resumed.status
+    );
+    let progress: Vec<Progress> = stderr.lines().filter_map(Progress::parse).collect();
+    assert!(
+        progress
+            .iter()
+            .all(|p| p.total_s == 40 && p.elapsed_s >= killed_at && p.samples.is_some()),
+        "{stderr}"
+    );
+    assert!(!progress.is_empty(), "{stderr}");
+    let report: rtcheck::jitter::Report =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let soak_info = report.soak.as_ref().expect("a soak report");
+    assert_eq!(soak_info.segments.len(), 2, "{soak_info:?}");
+    assert_eq!(soak_info.gaps_s.len(), 1, "{soak_info:?}");
+    let samples: u64 = report.cores.iter().map(|c| c.samples).sum();
+    let per_segment: u64 = soak_info.segments.iter().map(|s| s.samples).sum();
+    assert_eq!(samples, per_segment, "{soak_info:?}");
+    let seconds: u64 = soak_info.segments.iter().map(|s| s.seconds).sum();
+    assert!(
+        (35..=40).contains(&seconds),
+        "{seconds} s measured: {soak_info:?}"
+    );
+    assert_eq!(report.run.duration_s, 40);
+    assert!(soak_info.segments[0].seconds >= killed_at, "{soak_info:?}");
+    assert!(report.tail.is_some());
+    // 40 s at 200 µs on one core: about 200000 samples.
+    assert!(samples > 150_000, "{samples}");
+
+    // A damaged checkpoint is refused, before measuring.
+    std::fs::write(
+        soak.join("checkpoint.json"),
+        "{\"version\": \"jitter-checkpoint/1\", \"elaps",
+    )
+    .unwrap();
+    let refused = Command::cargo_bin("jitter")
+        .unwrap()
+        .arg("--resume")
+        .arg(&soak)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("cannot resume") && stderr.contains("corrupt"),
+        "{stderr}"
+    );
+    let missing = Command::cargo_bin("jitter")
+        .unwrap()
+        .arg("--resume")
+        .arg(dir.path().join("nothing"))
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no checkpoint"));
+}
