@@ -14,6 +14,7 @@ pub mod jitter;
 pub mod kconfig;
 mod progress;
 pub mod tail;
+pub mod utc;
 pub mod uts;
 pub mod vermagic;
 

@@ -150,13 +150,8 @@ impl Transport for LocalDir {
     /// there cannot hang the read.
     fn read(&self, rel: &Path) -> Result<Option<Vec<u8>>> {
         use std::io::Read;
-        use std::os::unix::fs::OpenOptionsExt;
         let path = self.root.join(rel);
-        let opened = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(&path);
-        let file = match opened {
+        let file = match crate::io::open_nofollow(&path) {
             Ok(file) => file,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),

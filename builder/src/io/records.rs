@@ -21,7 +21,7 @@
 use std::fs::{File, Metadata};
 use std::io::Read;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
@@ -272,11 +272,7 @@ impl CommitDir {
         }
         check_file(&meta, &path)?;
         // O_NONBLOCK: a FIFO swapped in after the check does not hang the open.
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(&fd_path)
-            .with_context(|| format!("opening {}", path.display()))?;
+        let file = super::open_nofollow(&fd_path).with_context(|| format!("opening {}", path.display()))?;
         let opened = file
             .metadata()
             .with_context(|| format!("reading {}", path.display()))?;

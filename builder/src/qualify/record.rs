@@ -61,14 +61,7 @@ pub struct Record {
     pub report: serde_json::Value,
 }
 
-/// `2026-12-01T16:15:00Z` for a Unix time.
-pub fn rfc3339(epoch: u64) -> String {
-    let t = crate::stages::kernel::UtcTime::from_epoch(epoch);
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
-        t.year, t.month, t.day, t.hour, t.minute, t.second
-    )
-}
+pub use rtcheck::utc::rfc3339;
 
 /// The record's file name: platform, start time and target, so two machines
 /// of one model qualified in the same second do not collide. A long host

@@ -182,44 +182,7 @@ pub fn toolchain_id() -> Result<String> {
     Ok(parts.join("; "))
 }
 
-/// A Unix time broken down in UTC.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct UtcTime {
-    pub year: i64,
-    /// 1-12
-    pub month: u32,
-    pub day: u32,
-    pub hour: u64,
-    pub minute: u64,
-    pub second: u64,
-    /// 0 = Thursday (1970-01-01), as days since the epoch modulo 7.
-    pub weekday_from_thursday: u32,
-}
-
-impl UtcTime {
-    pub fn from_epoch(epoch: u64) -> UtcTime {
-        let days = (epoch / 86_400) as i64;
-        let secs = epoch % 86_400;
-        // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-        let z = days + 719_468;
-        let era = z.div_euclid(146_097);
-        let doe = z.rem_euclid(146_097);
-        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        let mp = (5 * doy + 2) / 153;
-        let day = doy - (153 * mp + 2) / 5 + 1;
-        let month = if mp < 10 { mp + 3 } else { mp - 9 };
-        UtcTime {
-            year: yoe + era * 400 + i64::from(month <= 2),
-            month: month as u32,
-            day: day as u32,
-            hour: secs / 3600,
-            minute: secs / 60 % 60,
-            second: secs % 60,
-            weekday_from_thursday: days.rem_euclid(7) as u32,
-        }
-    }
-}
+pub use rtcheck::utc::UtcTime;
 
 /// `Sun Nov 30 00:00:00 UTC 2025` for a Unix time, as `date -u` prints it.
 pub fn format_utc(epoch: u64) -> String {

@@ -183,7 +183,7 @@ pub fn refuse_private_keys(root: &ImageRoot) -> Result<Scanned> {
             continue;
         }
         head.clear();
-        open_nofollow(entry.path())
+        crate::io::open_nofollow(entry.path())
             .and_then(|file| file.take(SCAN_HEAD_BYTES as u64).read_to_end(&mut head))
             .with_context(|| format!("reading {}", entry.path().display()))?;
         let rel = Path::new("/").join(entry.path().strip_prefix(root.path()).expect("inside"));
@@ -198,14 +198,6 @@ pub fn refuse_private_keys(root: &ImageRoot) -> Result<Scanned> {
     } else {
         Err(PrivateKeysFound { found }.into())
     }
-}
-
-fn open_nofollow(path: &Path) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
 }
 
 /// The label of the first private key block in `text`: a line that is
