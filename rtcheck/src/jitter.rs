@@ -18,7 +18,9 @@ use crate::Evidence;
 pub use crate::progress::Progress;
 
 /// What this build writes. `jitter-report/2` is `/1` with fields added
-/// (the tail's confidence, conformance warnings): every `/1` field is still
+/// (the tail's confidence, conformance warnings, soak segments, and for
+/// `jitter --tool timerlat` the tool, its arguments, each core's IRQ latency
+/// and the analysed spikes): every `/1` field is still
 /// there with the same meaning, so a reader of `/1` that ignores unknown
 /// fields keeps working; one that checks the schema string must accept `/2`.
 pub const SCHEMA: &str = "jitter-report/2";
@@ -360,10 +362,99 @@ pub struct RunInfo {
     pub priority: u32,
     pub budget_us: u64,
     pub histogram_max_us: u32,
+    /// cyclictest's arguments; empty when another tool measured.
     pub cyclictest_args: Vec<String>,
     pub load: LoadReport,
     /// True under emulation or virtualization, where latencies are functional only.
     pub functional_only: bool,
+    /// The measuring tool (`/2`; a `/1` report was always cyclictest).
+    #[serde(default)]
+    pub tool: Tool,
+    /// The measuring tool's arguments when it is not cyclictest.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_args: Vec<String>,
+}
+
+/// What measured the latency.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tool {
+    /// cyclictest (rt-tests): a user-space thread per RT CPU.
+    #[default]
+    Cyclictest,
+    /// `rtla timerlat hist`: the kernel's timerlat tracer, whose per-CPU
+    /// thread latency is the core's figures and whose IRQ latency is
+    /// [`CoreStats::irq`] (the thread's latency in the kernel
+    /// [`CoreStats::kernel_thread`]).
+    Timerlat,
+}
+
+impl Tool {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tool::Cyclictest => "cyclictest",
+            Tool::Timerlat => "timerlat",
+        }
+    }
+}
+
+impl fmt::Display for Tool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One latency distribution: the timer IRQ's latency on a core (timerlat).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Latency {
+    pub samples: u64,
+    pub min_us: u64,
+    pub avg_us: f64,
+    pub max_us: u64,
+    pub overflows: u64,
+    /// `[latency_us, count]` for every non-empty bucket.
+    pub histogram: Vec<(u64, u64)>,
+}
+
+/// A latency over the trace threshold, with the causes rtla's
+/// auto-analysis found for it, as rtla gives them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Spike {
+    pub cpu: u32,
+    /// `irq` or `thread`: which latency crossed the threshold.
+    pub kind: String,
+    pub latency_us: f64,
+    /// The parts of the latency, in rtla's order (`IRQ handler delay`,
+    /// `Blocking thread`, `IRQ interference`, ...).
+    pub causes: Vec<Cause>,
+    /// The blocking thread's kernel stack, innermost first, when rtla has it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stack: Vec<String>,
+}
+
+/// One part of a spike's latency.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Cause {
+    pub what: String,
+    /// Microseconds; `None` where rtla names a source without a time (the
+    /// thread running when an IRQ latency stopped the trace).
+    pub us: Option<f64>,
+    /// Share of the spike's latency, in percent, where rtla gives one.
+    pub share_pct: Option<f64>,
+    /// rtla's remark, e.g. `exit from idle`, or `up to` for a bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// The sources rtla lists under it: `comm:pid` threads, `name:vector`
+    /// IRQs, softirqs, each with its time when given.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<Source>,
+}
+
+/// A thread, IRQ or softirq rtla names under a cause.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Source {
+    pub name: String,
+    pub us: Option<f64>,
 }
 
 /// One measured core.
@@ -380,6 +471,15 @@ pub struct CoreStats {
     pub overflows: u64,
     /// `[latency_us, count]` for every non-empty bucket.
     pub histogram: Vec<(u64, u64)>,
+    /// The timer IRQ's latency on this core, measured by timerlat; the
+    /// fields above are then the timerlat thread's latency as an RT task
+    /// sees it (on its return to user space, as cyclictest measures).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub irq: Option<Latency>,
+    /// timerlat with user-space threads: the thread's wake-up latency in the
+    /// kernel, before it returns to user space.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_thread: Option<Latency>,
 }
 
 /// The whole report. Deserializing refuses any `schema` but [`SCHEMA`]
@@ -402,6 +502,9 @@ pub struct Report {
     /// in; absent for a measurement in one run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub soak: Option<Soak>,
+    /// Latencies over `--trace-threshold`, analysed by rtla (timerlat).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spikes: Vec<Spike>,
 }
 
 /// A soak measured over several runs of jitter, resumed from checkpoints.
@@ -412,6 +515,18 @@ pub struct Soak {
     /// Wall-clock seconds between the end of a segment's last checkpoint and
     /// the start of the next segment: `gaps_s[i]` follows `segments[i]`.
     pub gaps_s: Vec<u64>,
+    /// The worst latency of each minute measured, over every core, in order:
+    /// a worst case that drifts shows here before it breaks the budget.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub per_minute_max: Vec<MinuteMax>,
+}
+
+/// The worst latency measured in one minute of a soak.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MinuteMax {
+    /// Seconds measured since the soak began, at the minute's end.
+    pub end_s: u64,
+    pub max_us: u64,
 }
 
 /// One uninterrupted run of a soak, as far as its last checkpoint.
@@ -527,6 +642,10 @@ mod tests {
         report.soak = Some(Soak {
             segments: vec![segment(100, 20), segment(130, 20)],
             gaps_s: vec![10],
+            per_minute_max: vec![MinuteMax {
+                end_s: 40,
+                max_us: 17,
+            }],
         });
         let json = serde_json::to_string_pretty(&report).unwrap();
         assert!(json.contains("\"gaps_s\""), "{json}");

@@ -223,6 +223,9 @@ impl Tail {
     /// us: at 95 % confidence fewer than 1 miss in 500,712 cycles (100 s at
     /// 5 kHz)`.
     pub fn sentence(&self, interval_us: u32) -> String {
+        if self.cycles == 0 {
+            return "no cycle measured: no confidence to state".into();
+        }
         let rate_khz = 1e3 / f64::from(interval_us.max(1));
         format!(
             "{}{} of {} cycles over {} us: at 95 % confidence fewer than 1 miss in {} cycles ({} at {rate_khz:.3} kHz)",
@@ -316,6 +319,8 @@ mod tests {
         let unsure = assess(narrow(150), 100, 200);
         assert_eq!((unsure.exceedances, unsure.exceedances_exact), (5, false));
         assert!(unsure.sentence(200).starts_with("at most 5 of 100 cycles"));
+        let nothing = assess(hist(&[], 0), 100, 200);
+        assert_eq!(nothing.sentence(200), "no cycle measured: no confidence to state");
     }
 
     #[test]

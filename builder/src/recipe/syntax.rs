@@ -42,20 +42,27 @@ pub fn image_version(version: &str) -> Verdict {
     })
 }
 
-/// A Debian package as apt and mmdebstrap take it: `name[:arch][=version]`.
+/// A Debian package as apt and mmdebstrap take it: `name[:arch][=version]`
+/// or `name[:arch]/release`.
 ///
 /// - `name`: Debian policy 5.6.1, `[a-z0-9][a-z0-9+.-]+`;
 /// - `arch`: `[a-z0-9-]+` (`amd64`, `all`, `i386`);
 /// - `version`: a pin, Debian policy 5.6.12: `[epoch:]upstream[-revision]`,
-///   starting with a digit, from `[A-Za-z0-9.+~:-]`.
+///   starting with a digit, from `[A-Za-z0-9.+~:-]`;
+/// - `release`: a suite as [`debian_suite`] takes it (`bookworm-backports`),
+///   whose sources the build adds ([`release_of`]).
 ///
-/// Nothing else: no leading `-` (an apt option), no `/release`, no apt
+/// Nothing else: no leading `-` (an apt option), no apt
 /// patterns (`?name(..)`, `~n..`), no paths to `.deb` files, no `,` (the
 /// separator of `--include`).
 pub fn debian_package(spec: &str) -> Verdict {
-    let (rest, version) = match spec.split_once('=') {
-        Some((rest, version)) => (rest, Some(version)),
+    let (spec_only, release) = match spec.split_once('/') {
+        Some((rest, release)) => (rest, Some(release)),
         None => (spec, None),
+    };
+    let (rest, version) = match spec_only.split_once('=') {
+        Some((rest, version)) => (rest, Some(version)),
+        None => (spec_only, None),
     };
     let (name, arch) = match rest.split_once(':') {
         Some((name, arch)) => (name, Some(arch)),
@@ -70,11 +77,17 @@ pub fn debian_package(spec: &str) -> Verdict {
             && v.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b".+~:-".contains(&b))
     });
-    (name_ok && arch_ok && version_ok).then_some(()).ok_or_else(|| {
+    let release_ok = release.is_none_or(|r| version.is_none() && debian_suite(r).is_ok());
+    (name_ok && arch_ok && version_ok && release_ok).then_some(()).ok_or_else(|| {
         format!(
-            "{spec:?} is not a Debian package: expected `name[:arch][=version]`, the name from lowercase letters, digits, `+`, `-` and `.`, starting with a letter or digit, at least two characters"
+            "{spec:?} is not a Debian package: expected `name[:arch][=version]` or `name[:arch]/release`, the name from lowercase letters, digits, `+`, `-` and `.`, starting with a letter or digit, at least two characters"
         )
     })
+}
+
+/// The release a package names with `name/release`, if any.
+pub fn release_of(spec: &str) -> Option<&str> {
+    spec.split_once('/').map(|(_, release)| release)
 }
 
 /// A Debian suite or codename: `[a-z0-9-]+`, starting alphanumeric.
@@ -285,6 +298,8 @@ mod tests {
             "rt-tests=2.5-1",
             "a0=1:2.3~rc1+dfsg-1",
             "xz-utils:all=5.4.1-1",
+            "rtla/bookworm-backports",
+            "rtla:amd64/bookworm-backports",
         ] {
             debian_package(good).unwrap_or_else(|e| panic!("{e}"));
         }
@@ -298,7 +313,12 @@ mod tests {
             ".x",
             "x y",
             "x,y",
-            "x/stable",
+            "x/",
+            "x/Stable",
+            "x/a b",
+            "x/-t",
+            "x=1/bookworm-backports",
+            "x/a/b",
             "x:",
             ":amd64",
             "x=",

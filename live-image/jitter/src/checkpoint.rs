@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
-use rtcheck::jitter::{LoadReport, Segment, Soak};
+use rtcheck::jitter::{LoadReport, MinuteMax, Segment, Soak};
 use serde::{Deserialize, Serialize};
 
 use crate::cpus::CpuSet;
@@ -125,6 +125,9 @@ pub struct Checkpoint {
     /// Every jitter run so far; the last one is the current run.
     pub segments: Vec<Segment>,
     pub gaps_s: Vec<u64>,
+    /// The worst case of each minute measured so far.
+    #[serde(default)]
+    pub per_minute_max: Vec<MinuteMax>,
 }
 
 impl Checkpoint {
@@ -138,6 +141,7 @@ impl Checkpoint {
             cyclictest_args: Vec::new(),
             segments: Vec::new(),
             gaps_s: Vec::new(),
+            per_minute_max: Vec::new(),
         }
     }
 
@@ -165,10 +169,12 @@ impl Checkpoint {
         });
     }
 
-    /// Adds one cyclictest run of `seconds` to the current segment.
+    /// Adds one cyclictest run of `seconds` (at most a minute, within one
+    /// minute of measured time) to the current segment.
     pub fn add_run(&mut self, seconds: u64, run: &[ThreadResult], now_unix: u64) {
         merge(&mut self.cores, run);
         self.elapsed_s += seconds;
+        self.note_minute(run.iter().map(|t| t.max_us).max().unwrap_or(0));
         let segment = self.segments.last_mut().expect("start_segment first");
         segment.seconds += seconds;
         segment.samples += run.iter().map(|t| t.samples).sum::<u64>();
@@ -176,10 +182,26 @@ impl Checkpoint {
         segment.end = utc(now_unix);
     }
 
+    /// Folds a run's worst case into the minute of measured time it ended in.
+    fn note_minute(&mut self, max_us: u64) {
+        let minute = |end_s: u64| end_s.div_ceil(60);
+        match self.per_minute_max.last_mut() {
+            Some(last) if minute(last.end_s) == minute(self.elapsed_s) => {
+                last.end_s = self.elapsed_s;
+                last.max_us = last.max_us.max(max_us);
+            }
+            _ => self.per_minute_max.push(MinuteMax {
+                end_s: self.elapsed_s,
+                max_us,
+            }),
+        }
+    }
+
     pub fn soak(&self) -> Soak {
         Soak {
             segments: self.segments.clone(),
             gaps_s: self.gaps_s.clone(),
+            per_minute_max: self.per_minute_max.clone(),
         }
     }
 
@@ -248,7 +270,7 @@ pub fn now_unix() -> u64 {
 pub use rtcheck::utc::rfc3339 as utc;
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn thread(
@@ -271,7 +293,8 @@ mod tests {
         }
     }
 
-    fn options() -> SoakOptions {
+    /// A 40 s soak of CPU 1, checkpointed every 5 s.
+    pub(crate) fn options() -> SoakOptions {
         SoakOptions {
             duration_s: 40,
             budget_us: 100,
@@ -303,6 +326,26 @@ mod tests {
         assert_eq!(cores.len(), 2);
         assert_eq!(cores[0].min_us, 1);
         assert_eq!(cores[1].overflows, 1);
+    }
+
+    #[test]
+    fn each_minute_keeps_the_worst_case_of_its_runs() {
+        let mut checkpoint = Checkpoint::new(SoakOptions {
+            duration_s: 600,
+            ..options()
+        });
+        checkpoint.start_segment(0);
+        let run = |max| [thread(1, 10, 1, 2.0, max, vec![])];
+        for (seconds, max) in [(30, 7), (30, 9), (60, 4), (20, 50), (40, 3), (60, 6)] {
+            checkpoint.add_run(seconds, &run(max), 0);
+        }
+        let minutes: Vec<(u64, u64)> = checkpoint
+            .soak()
+            .per_minute_max
+            .iter()
+            .map(|m| (m.end_s, m.max_us))
+            .collect();
+        assert_eq!(minutes, [(60, 9), (120, 4), (180, 50), (240, 6)]);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use clap::Parser;
 use crate::checkpoint::{self, Checkpoint};
 use crate::cpus::CpuSet;
 use crate::output::OutputFile;
-use crate::report;
+use crate::report::{self, Tool};
 use crate::run::{Options, run, run_soak, soak_options};
 
 #[derive(Parser, Debug)]
@@ -51,8 +51,9 @@ pub struct Cli {
     /// Write an SVG latency plot here.
     #[arg(long)]
     pub svg: Option<PathBuf>,
-    /// Also keep cyclictest's own output (histogram and its min/avg/max lines) here.
-    #[arg(long)]
+    /// Also keep the measuring tool's own output here (cyclictest's histogram
+    /// and min/avg/max lines; with timerlat, what each rtla run printed).
+    #[arg(long, visible_alias = "save-output")]
     pub save_cyclictest: Option<PathBuf>,
     /// Only print the PREEMPT_RT evidence of the running kernel (exit 0 if
     /// it is PREEMPT_RT, 3 if not).
@@ -63,6 +64,16 @@ pub struct Cli {
     /// when no check fails at INVALID level (warnings allowed), 4 when one does.
     #[arg(long, conflicts_with = "check_kernel")]
     pub check: bool,
+    /// What measures: `cyclictest` (rt-tests), or `timerlat`: `rtla timerlat
+    /// hist` (rtla 6.3 or later, kernel with CONFIG_TIMERLAT_TRACER), which
+    /// also gives each core's IRQ latency.
+    #[arg(long, value_enum, default_value = "cyclictest")]
+    pub tool: ToolArg,
+    /// timerlat: when an IRQ or thread latency reaches this many
+    /// microseconds, rtla stops, analyses its cause (the report's `spikes`),
+    /// and jitter starts it again for the time left (at most 10 analyses).
+    #[arg(long, value_name = "US", value_parser = clap::value_parser!(u32).range(1..))]
+    pub trace_threshold: Option<u32>,
     /// Largest histogram bucket, in microseconds.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub histogram_max: u32,
@@ -84,6 +95,34 @@ pub struct Cli {
     /// ignored; --json, --svg, --save-cyclictest and --progress apply).
     #[arg(long, value_name = "DIR", conflicts_with_all = ["check", "check_kernel", "checkpoint_dir"])]
     pub resume: Option<PathBuf>,
+}
+
+/// `--tool`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ToolArg {
+    Cyclictest,
+    Timerlat,
+}
+
+impl From<ToolArg> for Tool {
+    fn from(tool: ToolArg) -> Tool {
+        match tool {
+            ToolArg::Cyclictest => Tool::Cyclictest,
+            ToolArg::Timerlat => Tool::Timerlat,
+        }
+    }
+}
+
+/// What clap cannot say: options that only apply to one tool.
+fn check_combinations(cli: &Cli) -> Result<(), String> {
+    let timerlat = cli.tool == ToolArg::Timerlat;
+    if cli.trace_threshold.is_some() && !timerlat {
+        return Err("--trace-threshold needs --tool timerlat".into());
+    }
+    if timerlat && (cli.checkpoint_dir.is_some() || cli.resume.is_some()) {
+        return Err("soaks (--checkpoint-dir, --resume) run cyclictest; drop --tool timerlat".into());
+    }
+    Ok(())
 }
 
 /// A duration in seconds: `90`, `90s`, `10m`, `72h`. Refuses 0, a number
@@ -129,6 +168,10 @@ pub fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
         }
     };
+    if let Err(problem) = check_combinations(&cli) {
+        eprintln!("error: {problem}");
+        return ExitCode::from(2);
+    }
     match execute(&cli) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
@@ -158,6 +201,8 @@ fn execute(cli: &Cli) -> Result<u8> {
         no_load: cli.no_load,
         histogram_max_us: cli.histogram_max,
         progress: cli.progress,
+        tool: cli.tool.into(),
+        trace_threshold_us: cli.trace_threshold,
     };
     if let Some(dir) = &cli.checkpoint_dir {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -197,7 +242,7 @@ fn execute(cli: &Cli) -> Result<u8> {
         file.write((serde_json::to_string_pretty(&report)? + "\n").as_bytes())?;
     }
     if let Some(file) = outputs.svg {
-        file.write(report::svg(&report)?.as_bytes())?;
+        file.write(crate::plot::svg(&report)?.as_bytes())?;
     }
     Ok(crate::verdict::exit_code(report.verdict()))
 }
@@ -263,6 +308,25 @@ mod tests {
         assert!(check.check);
         assert_eq!(check.rt_cpus, Some(CpuSet::parse("1").unwrap()));
         assert!(Cli::try_parse_from(["jitter", "--check", "--check-kernel"]).is_err());
+    }
+
+    #[test]
+    fn tool_options_on_the_command_line() {
+        let parse = |args: &[&str]| Cli::try_parse_from([&["jitter"], args].concat()).unwrap();
+        assert_eq!(parse(&[]).tool, ToolArg::Cyclictest);
+        let timerlat = parse(&["10", "--tool", "timerlat", "--trace-threshold", "1"]);
+        assert_eq!(
+            (timerlat.tool, timerlat.trace_threshold),
+            (ToolArg::Timerlat, Some(1))
+        );
+        assert_eq!(check_combinations(&timerlat), Ok(()));
+        assert!(Cli::try_parse_from(["jitter", "--tool", "perf"]).is_err());
+        assert!(Cli::try_parse_from(["jitter", "--tool", "timerlat", "--trace-threshold", "0"]).is_err());
+        let threshold_alone = check_combinations(&parse(&["--trace-threshold", "5"])).unwrap_err();
+        assert!(threshold_alone.contains("--tool timerlat"), "{threshold_alone}");
+        let soak = check_combinations(&parse(&["--tool", "timerlat", "--checkpoint-dir", "/d"])).unwrap_err();
+        assert!(soak.contains("soaks"), "{soak}");
+        assert!(check_combinations(&parse(&["--tool", "timerlat", "--resume", "/d"])).is_err());
     }
 
     #[test]

@@ -3,9 +3,19 @@
 
 use std::fmt::Write as _;
 
-pub use rtcheck::jitter::{CoreStats, KernelInfo, Report, RunInfo, SCHEMA, Tuning};
+pub use rtcheck::jitter::{CoreStats, KernelInfo, Latency, Report, RunInfo, SCHEMA, Tool, Tuning};
 
 use crate::cyclictest::ThreadResult;
+
+/// `[latency_us, count]` for every non-empty bucket.
+fn sparse(histogram: &[u64]) -> Vec<(u64, u64)> {
+    histogram
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| **c > 0)
+        .map(|(l, c)| (l as u64, *c))
+        .collect()
+}
 
 impl From<&ThreadResult> for CoreStats {
     fn from(t: &ThreadResult) -> Self {
@@ -18,13 +28,22 @@ impl From<&ThreadResult> for CoreStats {
             p99_9_us: t.percentile(0.999),
             max_us: t.max_us,
             overflows: t.overflows,
-            histogram: t
-                .histogram
-                .iter()
-                .enumerate()
-                .filter(|(_, c)| **c > 0)
-                .map(|(l, c)| (l as u64, *c))
-                .collect(),
+            histogram: sparse(&t.histogram),
+            irq: None,
+            kernel_thread: None,
+        }
+    }
+}
+
+impl From<&ThreadResult> for Latency {
+    fn from(t: &ThreadResult) -> Self {
+        Latency {
+            samples: t.samples,
+            min_us: t.min_us,
+            avg_us: t.avg_us,
+            max_us: t.max_us,
+            overflows: t.overflows,
+            histogram: sparse(&t.histogram),
         }
     }
 }
@@ -33,13 +52,62 @@ fn opt(v: Option<u64>) -> String {
     v.map_or("ovfl".to_string(), |v| v.to_string())
 }
 
+/// `min/avg/max` of a latency, or nothing.
+fn min_avg_max(latency: Option<&Latency>) -> String {
+    latency.map_or(String::new(), |l| {
+        format!("{}/{:.1}/{}", l.min_us, l.avg_us, l.max_us)
+    })
+}
+
+/// One row per core: the latency figures, and with timerlat (whose row
+/// figures are the RT thread's latency in user space) the timer IRQ's and
+/// the thread's latency in the kernel.
+fn cores_table(out: &mut String, report: &Report) {
+    let timerlat = report.run.tool == Tool::Timerlat;
+    let _ = write!(
+        out,
+        "{:>5} {:>10} {:>6} {:>8} {:>6} {:>7} {:>7} {:>9}",
+        "cpu", "samples", "min", "avg", "p99", "p99.9", "max", "overflow"
+    );
+    let extra = if timerlat {
+        "  irq min/avg/max  kthread min/avg/max"
+    } else {
+        ""
+    };
+    let _ = writeln!(out, "{extra}");
+    for core in &report.cores {
+        let _ = write!(
+            out,
+            "{:>5} {:>10} {:>6} {:>8.1} {:>6} {:>7} {:>7} {:>9}",
+            core.cpu.map_or("?".into(), |c| c.to_string()),
+            core.samples,
+            core.min_us,
+            core.avg_us,
+            opt(core.p99_us),
+            opt(core.p99_9_us),
+            core.max_us,
+            core.overflows
+        );
+        let split = format!(
+            "  {:<15}  {}",
+            min_avg_max(core.irq.as_ref()),
+            min_avg_max(core.kernel_thread.as_ref())
+        );
+        let _ = writeln!(out, "{}", if timerlat { split.trim_end() } else { "" });
+    }
+}
+
 /// The human table printed on stdout.
 pub fn table(report: &Report) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "jitter {}: cyclictest {} s, interval {} us, budget {} us",
-        report.jitter_version, report.run.duration_s, report.run.interval_us, report.run.budget_us
+        "jitter {}: {} {} s, interval {} us, budget {} us",
+        report.jitter_version,
+        report.run.tool,
+        report.run.duration_s,
+        report.run.interval_us,
+        report.run.budget_us
     );
     let _ = writeln!(
         out,
@@ -67,26 +135,11 @@ pub fn table(report: &Report) -> String {
         let _ = writeln!(out, "load     none (--no-load)");
     }
     let _ = writeln!(out);
-    let _ = writeln!(
-        out,
-        "{:>5} {:>10} {:>6} {:>8} {:>6} {:>7} {:>7} {:>9}",
-        "cpu", "samples", "min", "avg", "p99", "p99.9", "max", "overflow"
-    );
-    for core in &report.cores {
-        let _ = writeln!(
-            out,
-            "{:>5} {:>10} {:>6} {:>8.1} {:>6} {:>7} {:>7} {:>9}",
-            core.cpu.map_or("?".into(), |c| c.to_string()),
-            core.samples,
-            core.min_us,
-            core.avg_us,
-            opt(core.p99_us),
-            opt(core.p99_9_us),
-            core.max_us,
-            core.overflows
-        );
-    }
+    cores_table(&mut out, report);
     let _ = writeln!(out);
+    for spike in &report.spikes {
+        let _ = writeln!(out, "{}", crate::timerlat::spike_line(spike));
+    }
     let worst_cpu = report.assessment.worst_cpu.map_or("?".into(), |c| c.to_string());
     let _ = writeln!(
         out,
@@ -122,80 +175,38 @@ pub fn table(report: &Report) -> String {
     out
 }
 
-/// Draws the latency histograms: latency on x, log-scale count on y, one
-/// series per core, the budget as a vertical line.
-pub fn svg(report: &Report) -> anyhow::Result<String> {
-    use plotters::prelude::*;
-    let mut out = String::new();
-    let max_latency = report
-        .cores
-        .iter()
-        .flat_map(|c| c.histogram.last().map(|b| b.0))
-        .max()
-        .unwrap_or(0)
-        .max(report.run.budget_us)
-        + 5;
-    let max_count = report
-        .cores
-        .iter()
-        .flat_map(|c| c.histogram.iter().map(|b| b.1))
-        .max()
-        .unwrap_or(1)
-        .max(10);
-    {
-        let root = SVGBackend::with_string(&mut out, (1000, 600)).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
-        let title = format!(
-            "Latency histogram: {} ({} s, {})",
-            report.kernel.release, report.run.duration_s, report.assessment.verdict
-        );
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 18))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(60)
-            .build_cartesian_2d(0u64..max_latency, (1u64..max_count * 2).log_scale())
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        chart
-            .configure_mesh()
-            .x_desc("latency (us)")
-            .y_desc("samples (log)")
-            .draw()
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        for (index, core) in report.cores.iter().enumerate() {
-            let color = Palette99::pick(index).to_rgba();
-            let label = format!("cpu {}", core.cpu.map_or("?".into(), |c| c.to_string()));
-            // Each bucket as a step so single spikes stay visible.
-            let points: Vec<(u64, u64)> = core.histogram.iter().map(|(l, c)| (*l, (*c).max(1))).collect();
-            chart
-                .draw_series(LineSeries::new(points, color.stroke_width(2)))
-                .map_err(|e| anyhow::anyhow!("{e}"))?
-                .label(label)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
-        }
-        let budget = report.run.budget_us;
-        chart
-            .draw_series(std::iter::once(PathElement::new(
-                vec![(budget, 1), (budget, max_count * 2)],
-                RED.stroke_width(1),
-            )))
-            .map_err(|e| anyhow::anyhow!("{e}"))?
-            .label(format!("budget {budget} us"))
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED));
-        chart
-            .configure_series_labels()
-            .border_style(BLACK)
-            .background_style(WHITE.mix(0.8))
-            .draw()
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        root.present().map_err(|e| anyhow::anyhow!("{e}"))?;
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn timerlat_table_splits_each_core_and_lists_the_spikes() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/jitter-report-2.json");
+        let mut report: Report = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        report.run.tool = Tool::Timerlat;
+        let latency = |min_us, max_us| Latency {
+            samples: 10,
+            min_us,
+            avg_us: 5.0,
+            max_us,
+            ..Latency::default()
+        };
+        report.cores[1].irq = Some(latency(2, 30));
+        report.cores[1].kernel_thread = Some(latency(4, 41));
+        report.spikes = crate::timerlat::parse_analysis(
+            "## CPU 1 hit stop tracing, analyzing it ##\n  Blocking thread:  9.00 us (90.00 %)\n                 kworker/1:0:77     9.00 us\n------\n  Thread latency:  10.00 us (100%)\n",
+        );
+        let table = table(&report);
+        assert!(table.starts_with("jitter 0.1.0: timerlat 2 s"), "{table}");
+        assert!(table.contains("irq min/avg/max  kthread min/avg/max"), "{table}");
+        assert!(table.contains("2/5.0/30         4/5.0/41"), "{table}");
+        assert!(
+            table.contains(
+                "spike  cpu 1 thread latency 10.00 us: blocking thread 9.00 us (90.0 %) kworker/1:0:77"
+            ),
+            "{table}"
+        );
+    }
 
     #[test]
     fn table_names_the_verdict_and_each_reason_by_its_code() {

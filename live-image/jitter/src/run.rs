@@ -18,7 +18,7 @@ use crate::cyclictest::{self, RunParams, ThreadResult};
 use crate::load::{Load, pin_current_thread};
 use crate::output::OutputFile;
 use crate::progress::{LiveWorst, Reporter, SoakSoFar};
-use crate::report::{CoreStats, KernelInfo, Report, RunInfo, SCHEMA, Tuning};
+use crate::report::{CoreStats, KernelInfo, Report, RunInfo, SCHEMA, Tool, Tuning};
 use crate::system::{SystemState, read_system};
 use crate::verdict::{self, LoadReport};
 
@@ -34,14 +34,35 @@ pub struct Options {
     pub histogram_max_us: u32,
     /// Print a progress line every 2 s while measuring.
     pub progress: bool,
+    /// What measures: cyclictest, or rtla timerlat.
+    pub tool: Tool,
+    /// timerlat: stop and analyse at a latency of this many µs.
+    pub trace_threshold_us: Option<u32>,
 }
 
-/// A program jitter needs that is not installed.
-#[derive(Debug, thiserror::Error)]
-#[error("`{0}` is not installed: install the Debian package rt-tests (apt-get install rt-tests)")]
-pub struct MissingRtTests(pub String);
+/// A program jitter needs that is not installed, and its Debian package.
+#[derive(Clone, Debug, thiserror::Error)]
+#[error(
+    "`{program}` is not installed: install the Debian package {package} (apt-get install {package}){note}"
+)]
+pub struct MissingTool {
+    pub program: String,
+    pub package: String,
+    /// What else to know, e.g. which version is needed.
+    pub note: String,
+}
 
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+impl MissingTool {
+    pub fn rt_tests(program: &str) -> MissingTool {
+        MissingTool {
+            program: program.into(),
+            package: "rt-tests".into(),
+            note: String::new(),
+        }
+    }
+}
+
+pub(crate) static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(_: libc::c_int) {
     INTERRUPTED.store(true, Ordering::SeqCst);
@@ -55,7 +76,7 @@ fn install_signal_handlers() {
     }
 }
 
-fn on_path(program: &str) -> bool {
+pub(crate) fn on_path(program: &str) -> bool {
     std::env::var_os("PATH")
         .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
 }
@@ -135,30 +156,37 @@ fn wait_for_hres(timeout: Duration) -> bool {
     }
 }
 
-struct CyclictestOutput {
-    stdout: String,
-    json: Option<String>,
+/// What a measuring tool printed, read to its end.
+pub(crate) struct ToolOutput {
+    pub stdout: String,
+    pub stderr: String,
 }
 
-/// Runs cyclictest to its end; with `progress`, prints its progress over
-/// that many seconds (within a soak, over the whole soak).
-fn run_cyclictest(
-    args: &[String],
-    json_file: Option<&Path>,
+/// How a measuring tool's stderr is read: to its end, into a string.
+pub(crate) type StderrReader = Box<dyn FnOnce(std::process::ChildStderr) -> String + Send>;
+
+/// Runs a measuring tool (cyclictest, rtla) to its end from the housekeeping
+/// CPUs. An interrupt of jitter reaches it as SIGINT, on which both tools
+/// print what they measured. With `progress`, prints the progress line over
+/// that many seconds (within a soak, over the whole soak); `worst` is the
+/// live worst case it shows.
+pub(crate) fn run_tool(
+    command: &mut Command,
+    missing: MissingTool,
     housekeeping: &CpuSet,
     progress: Option<(u64, Option<SoakSoFar>)>,
-) -> Result<CyclictestOutput> {
-    // Pin ourselves (and so cyclictest's start-up) to the housekeeping CPUs.
+    (worst, read_stderr): (LiveWorst, StderrReader),
+) -> Result<ToolOutput> {
+    // Pin ourselves (and so the tool's start-up) to the housekeeping CPUs.
     let _ = pin_current_thread(housekeeping);
-    let mut child = die_with_jitter(&mut Command::new("cyclictest"))
-        .args(args)
+    let mut child = die_with_jitter(command)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => anyhow::Error::new(MissingRtTests("cyclictest".into())),
-            _ => anyhow::Error::new(e).context("starting cyclictest"),
+            std::io::ErrorKind::NotFound => anyhow::Error::new(missing.clone()),
+            _ => anyhow::Error::new(e).context(format!("starting {}", missing.program)),
         })?;
     let mut stdout_pipe = child.stdout.take().expect("piped");
     let stderr_pipe = child.stderr.take().expect("piped");
@@ -167,19 +195,14 @@ fn run_cyclictest(
         let _ = stdout_pipe.read_to_string(&mut s);
         s
     });
-    let worst = LiveWorst::default();
-    let mut progress =
-        progress.map(|(total_s, soak)| Reporter::new(child.id(), total_s, worst.clone(), soak));
-    let err_reader = std::thread::spawn(move || {
-        cyclictest::read_stderr(BufReader::new(stderr_pipe), |max| worst.record(max))
-    });
+    let err_reader = std::thread::spawn(move || read_stderr(stderr_pipe));
+    let mut progress = progress.map(|(total_s, soak)| Reporter::new(child.id(), total_s, worst, soak));
     let mut forwarded = false;
     let status = loop {
         if let Some(status) = child.try_wait()? {
             break status;
         }
         if INTERRUPTED.load(Ordering::SeqCst) && !forwarded {
-            // cyclictest prints its results when interrupted.
             // SAFETY: signals our own child.
             unsafe {
                 libc::kill(child.id() as i32, libc::SIGINT);
@@ -193,22 +216,66 @@ fn run_cyclictest(
     };
     let stdout = out_reader.join().unwrap_or_default();
     let stderr = err_reader.join().unwrap_or_default();
-    let lower = stderr.to_lowercase();
+    if !status.success() && !forwarded {
+        bail!("{} failed ({status}): {}", missing.program, stderr.trim());
+    }
+    Ok(ToolOutput { stdout, stderr })
+}
+
+struct CyclictestOutput {
+    stdout: String,
+    json: Option<String>,
+}
+
+/// Runs cyclictest to its end (see [`run_tool`]).
+fn run_cyclictest(
+    args: &[String],
+    json_file: Option<&Path>,
+    housekeeping: &CpuSet,
+    progress: Option<(u64, Option<SoakSoFar>)>,
+) -> Result<CyclictestOutput> {
+    let worst = LiveWorst::default();
+    let recorder = worst.clone();
+    let read_stderr: StderrReader =
+        Box::new(move |pipe| cyclictest::read_stderr(BufReader::new(pipe), |max| recorder.record(max)));
+    let output = run_tool(
+        Command::new("cyclictest").args(args),
+        MissingTool::rt_tests("cyclictest"),
+        housekeeping,
+        progress,
+        (worst, read_stderr),
+    );
+    let output = match output {
+        Ok(output) => output,
+        Err(error) => return Err(hint_privileges(error)),
+    };
+    let lower = output.stderr.to_lowercase();
     if lower.contains("mlockall")
         || lower.contains("unable to change scheduling policy")
         || lower.contains("permission denied")
     {
-        bail!(
-            "cyclictest could not lock memory or get RT priority: {}\n\
-             hint: run as root on the target (not in an unprivileged container), with RLIMIT_RTPRIO and RLIMIT_MEMLOCK unlimited",
-            stderr.trim()
-        );
-    }
-    if !status.success() && !forwarded {
-        bail!("cyclictest failed ({status}): {}", stderr.trim());
+        return Err(hint_privileges(anyhow::anyhow!(
+            "cyclictest could not lock memory or get RT priority: {}",
+            output.stderr.trim()
+        )));
     }
     let json = json_file.and_then(|f| std::fs::read_to_string(f).ok());
-    Ok(CyclictestOutput { stdout, json })
+    Ok(CyclictestOutput {
+        stdout: output.stdout,
+        json,
+    })
+}
+
+/// Adds the hint for a tool that could not lock memory or get RT priority.
+pub(crate) fn hint_privileges(error: anyhow::Error) -> anyhow::Error {
+    let text = format!("{error:#}").to_lowercase();
+    if text.contains("mlockall") || text.contains("scheduling policy") || text.contains("permission denied") {
+        anyhow::anyhow!(
+            "{error:#}\nhint: run as root on the target (not in an unprivileged container), with RLIMIT_RTPRIO and RLIMIT_MEMLOCK unlimited"
+        )
+    } else {
+        error
+    }
 }
 
 fn supports_json() -> bool {
@@ -238,26 +305,29 @@ fn cyclictest_json_file() -> Result<Option<NamedTempFile>> {
 
 /// What every measurement needs before it starts: the system, the CPUs and
 /// the conformance checks.
-struct Prepared {
-    system: SystemState,
-    rt_cpus: CpuSet,
-    housekeeping: CpuSet,
-    checks: Vec<Conformance>,
+pub(crate) struct Prepared {
+    pub system: SystemState,
+    pub rt_cpus: CpuSet,
+    pub housekeeping: CpuSet,
+    pub checks: Vec<Conformance>,
 }
 
-fn prepare(options: &Options) -> Result<Prepared> {
+pub(crate) fn prepare(options: &Options) -> Result<Prepared> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         bail!(
-            "jitter must run as root: cyclictest needs SCHED_FIFO priority {} and mlockall",
+            "jitter must run as root: {} needs SCHED_FIFO priority {} and mlockall",
+            options.tool,
             options.priority
         );
     }
-    if !on_path("cyclictest") {
-        return Err(MissingRtTests("cyclictest".into()).into());
+    match options.tool {
+        Tool::Cyclictest if !on_path("cyclictest") => return Err(MissingTool::rt_tests("cyclictest").into()),
+        Tool::Timerlat => crate::rtla::check_installed()?,
+        Tool::Cyclictest => {}
     }
     if !options.no_load && !on_path("hackbench") {
-        return Err(MissingRtTests("hackbench".into()).into());
+        return Err(MissingTool::rt_tests("hackbench").into());
     }
     if options.duration_s == 0 {
         bail!("the duration must be at least 1 second");
@@ -295,15 +365,20 @@ struct Plan {
     json_file: Option<NamedTempFile>,
 }
 
-fn plan(options: &Options, prepared: &Prepared, duration_s: u64) -> Result<Plan> {
-    let params = RunParams {
+/// How the measuring tool runs for `duration_s`, whichever it is.
+pub(crate) fn run_params(options: &Options, prepared: &Prepared, duration_s: u64) -> RunParams {
+    RunParams {
         duration_s,
         interval_us: options.interval_us,
         priority: options.priority,
         rt_cpus: prepared.rt_cpus.clone(),
         housekeeping: prepared.housekeeping.clone(),
         histogram_max_us: options.histogram_max_us,
-    };
+    }
+}
+
+fn plan(options: &Options, prepared: &Prepared, duration_s: u64) -> Result<Plan> {
+    let params = run_params(options, prepared, duration_s);
     let json_file = cyclictest_json_file()?;
     let args = cyclictest::arguments(&params, json_file.as_ref().map(NamedTempFile::path));
     Ok(Plan { args, json_file })
@@ -333,15 +408,24 @@ fn measure_once(
     })
 }
 
-fn start_load(options: &Options, prepared: &Prepared, seconds: u64, args: &[String]) -> Result<Option<Load>> {
+pub(crate) fn start_load(
+    options: &Options,
+    prepared: &Prepared,
+    seconds: u64,
+    args: &[String],
+) -> Result<Option<Load>> {
     let (rt_cpus, housekeeping) = (&prepared.rt_cpus, &prepared.housekeeping);
     let load_text = if options.no_load {
         "no load".to_string()
     } else {
         format!("load on CPUs {housekeeping}")
     };
+    let program = match options.tool {
+        Tool::Cyclictest => "cyclictest",
+        Tool::Timerlat => "rtla",
+    };
     eprintln!(
-        "jitter: measuring CPUs {rt_cpus} for {seconds} s ({load_text}): cyclictest {}",
+        "jitter: measuring CPUs {rt_cpus} for {seconds} s ({load_text}): {program} {}",
         args.join(" ")
     );
     if options.no_load {
@@ -350,7 +434,7 @@ fn start_load(options: &Options, prepared: &Prepared, seconds: u64, args: &[Stri
     Ok(Some(Load::start(housekeeping).context("starting the load")?))
 }
 
-fn stop_load(load: Option<Load>, prepared: &Prepared) -> LoadReport {
+pub(crate) fn stop_load(load: Option<Load>, prepared: &Prepared) -> LoadReport {
     match load {
         Some(load) => {
             if let Some(error) = load.last_error() {
@@ -368,6 +452,9 @@ fn stop_load(load: Option<Load>, prepared: &Prepared) -> LoadReport {
 /// Runs the whole measurement; keeps cyclictest's own output in
 /// `save_cyclictest` if given (opened by the caller before measuring).
 pub fn run(options: &Options, save_cyclictest: Option<OutputFile>) -> Result<Report> {
+    if options.tool == Tool::Timerlat {
+        return crate::rtla::run(options, save_cyclictest);
+    }
     let prepared = prepare(options)?;
     let plan = plan(options, &prepared, options.duration_s)?;
     let load = start_load(options, &prepared, options.duration_s, &plan.args)?;
@@ -401,6 +488,8 @@ pub fn soak_options(saved: &SoakOptions, progress: bool) -> Options {
         no_load: saved.no_load,
         histogram_max_us: saved.histogram_max_us,
         progress,
+        tool: Tool::Cyclictest,
+        trace_threshold_us: None,
     }
 }
 
@@ -414,9 +503,20 @@ fn add_load(total: &mut LoadReport, run: LoadReport) {
     total.cpus = run.cpus;
 }
 
-/// A soak: cyclictest runs of `every_s` (the last one shorter) under one
-/// load, each merged into `dir/checkpoint.json`; continues `resumed` if
-/// given. The report covers every segment of the soak.
+/// The length of the next cyclictest run of a soak: to the next minute of
+/// measured time (a run's worst case is that minute's), the next
+/// checkpoint or the end, whichever comes first.
+fn run_length(checkpoint: &Checkpoint, next_checkpoint_s: u64) -> u64 {
+    let elapsed = checkpoint.elapsed_s;
+    let next_minute = (elapsed / 60 + 1) * 60;
+    (next_minute.min(next_checkpoint_s) - elapsed)
+        .min(checkpoint.remaining_s())
+        .max(1)
+}
+
+/// A soak: cyclictest runs of at most a minute under one load, merged into
+/// `dir/checkpoint.json` every `every_s`; continues `resumed` if given. The
+/// report covers every segment of the soak, with each minute's worst case.
 pub fn run_soak(
     options: &Options,
     dir: &Path,
@@ -445,8 +545,9 @@ pub fn run_soak(
     drop(first);
     let mut last_stdout = String::new();
     let mut failed = None;
+    let mut next_checkpoint_s = checkpoint.elapsed_s + every_s;
     while checkpoint.remaining_s() > 0 && !INTERRUPTED.load(Ordering::SeqCst) {
-        let seconds = every_s.min(checkpoint.remaining_s());
+        let seconds = run_length(&checkpoint, next_checkpoint_s);
         let so_far = SoakSoFar {
             elapsed_s: checkpoint.elapsed_s,
             total_s: checkpoint.options.duration_s,
@@ -473,6 +574,10 @@ pub fn run_soak(
         checkpoint.add_run(measured_s, &measured.threads, now_unix());
         checkpoint.cyclictest_args = measured.args;
         last_stdout = measured.stdout;
+        if checkpoint.elapsed_s < next_checkpoint_s && checkpoint.remaining_s() > 0 {
+            continue;
+        }
+        next_checkpoint_s = checkpoint.elapsed_s + every_s;
         if let Err(error) = checkpoint.write(dir) {
             failed = Some(error);
             break;
@@ -577,12 +682,23 @@ pub fn build_report(
             priority: options.priority,
             budget_us: options.budget_us,
             histogram_max_us: options.histogram_max_us,
-            cyclictest_args: args,
+            cyclictest_args: if options.tool == Tool::Cyclictest {
+                args.clone()
+            } else {
+                Vec::new()
+            },
             load: load_report,
             functional_only: system.hypervisor.is_some(),
+            tool: options.tool,
+            tool_args: if options.tool == Tool::Cyclictest {
+                Vec::new()
+            } else {
+                args
+            },
         },
         tail: Some(tail_of(&cores, options)),
         soak: None,
+        spikes: Vec::new(),
         cores,
         assessment,
     }
@@ -616,6 +732,8 @@ mod tests {
             no_load: false,
             histogram_max_us: 1000,
             progress: false,
+            tool: Tool::Cyclictest,
+            trace_threshold_us: None,
         }
     }
 
@@ -763,6 +881,22 @@ mod tests {
             load: &report.run.load,
             conformance: &[],
         }
+    }
+
+    #[test]
+    fn soak_runs_end_at_each_minute_checkpoint_and_the_end() {
+        let soak = |duration_s, elapsed_s| {
+            let mut checkpoint = Checkpoint::new(SoakOptions {
+                duration_s,
+                ..crate::checkpoint::tests::options()
+            });
+            checkpoint.elapsed_s = elapsed_s;
+            checkpoint
+        };
+        assert_eq!(run_length(&soak(3600, 0), 600), 60);
+        assert_eq!(run_length(&soak(3600, 45), 600), 15, "to the minute");
+        assert_eq!(run_length(&soak(40, 10), 15), 5, "to the checkpoint");
+        assert_eq!(run_length(&soak(100, 90), 600), 10, "to the end");
     }
 
     #[test]

@@ -487,6 +487,76 @@ fn missing_cyclictest_names_rt_tests() {
         .stderr(predicates::str::contains("install the Debian package rt-tests"));
 }
 
+#[test]
+fn missing_rtla_names_its_package() {
+    if !is_root() {
+        skip(
+            "missing_rtla_names_its_package",
+            "jitter checks for root before it looks for rtla",
+        );
+        return;
+    }
+    let empty: PathBuf = tempfile::tempdir().unwrap().keep();
+    Command::cargo_bin("jitter")
+        .unwrap()
+        .env("PATH", &empty)
+        .args(["1", "--tool", "timerlat", "--rt-cpus", "1", "--housekeeping", "0"])
+        .assert()
+        .code(1)
+        .stderr(predicates::str::contains(
+            "`rtla` is not installed: install the Debian package rtla",
+        ))
+        .stderr(predicates::str::contains("bookworm-backports"));
+}
+
+/// On a machine without a usable timerlat (this host: no rtla, Debian 12's
+/// rtla 6.1 without auto-analysis, or a kernel without the tracer), jitter
+/// refuses before measuring, names which, and writes no report.
+#[test]
+fn timerlat_without_a_usable_rtla_is_refused_before_measuring() {
+    if !is_root() {
+        skip(
+            "timerlat_without_a_usable_rtla_is_refused_before_measuring",
+            "needs root",
+        );
+        return;
+    }
+    let tracers = std::fs::read_to_string("/sys/kernel/tracing/available_tracers").unwrap_or_default();
+    if on_path("rtla") && tracers.split_whitespace().any(|t| t == "timerlat") {
+        skip(
+            "timerlat_without_a_usable_rtla_is_refused_before_measuring",
+            "this machine has rtla and the timerlat tracer (the live image tier measures with them)",
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("report.json");
+    let output = Command::cargo_bin("jitter")
+        .unwrap()
+        .args([
+            "1",
+            "--tool",
+            "timerlat",
+            "--rt-cpus",
+            "1",
+            "--housekeeping",
+            "0",
+            "--json",
+        ])
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let named = [
+        "install the Debian package rtla",
+        "no timerlat auto-analysis",
+        "no timerlat tracer",
+    ];
+    assert!(named.iter().any(|n| stderr.contains(n)), "{stderr}");
+    assert!(!json.exists(), "a report was written");
+}
+
 unsafe extern "C" {
     #[link_name = "geteuid"]
     fn libc_geteuid() -> u32;
@@ -596,6 +666,13 @@ fn a_killed_soak_resumes_to_the_full_duration() {
     assert_eq!(report.run.duration_s, 40);
     assert!(soak_info.segments[0].seconds >= killed_at, "{soak_info:?}");
     assert!(report.tail.is_some());
+    // 40 s is one minute of measured time: its worst case is the soak's.
+    let minutes: Vec<(u64, u64)> = soak_info
+        .per_minute_max
+        .iter()
+        .map(|m| (m.end_s, m.max_us))
+        .collect();
+    assert_eq!(minutes, [(seconds, report.assessment.worst_us)], "{soak_info:?}");
     // 40 s at 200 µs on one core: about 200000 samples.
     assert!(samples > 150_000, "{samples}");
 

@@ -25,8 +25,10 @@ pub struct BaseTarball {
     pub cached: bool,
 }
 
-/// The Debian mirrors for a suite: main, updates and security.
-pub fn debian_sources(suite: &str, mirror: Option<&str>) -> Vec<String> {
+/// The Debian mirrors for a suite: main, updates and security, and the
+/// releases packages name with `name/release` (`bookworm-backports`), which
+/// apt takes a package from only when it is named so.
+pub fn debian_sources(suite: &str, mirror: Option<&str>, packages: &[String]) -> Vec<String> {
     let mirror = mirror
         .unwrap_or("http://deb.debian.org/debian")
         .trim_end_matches('/');
@@ -39,6 +41,15 @@ pub fn debian_sources(suite: &str, mirror: Option<&str>) -> Vec<String> {
             "deb http://deb.debian.org/debian-security {suite}-security main"
         ));
     }
+    let mut releases: Vec<&str> = packages.iter().filter_map(|p| syntax::release_of(p)).collect();
+    releases.sort_unstable();
+    releases.dedup();
+    sources.extend(
+        releases
+            .into_iter()
+            .filter(|release| *release != suite)
+            .map(|release| format!("deb {mirror} {release} main")),
+    );
     sources
 }
 
@@ -50,7 +61,7 @@ pub fn debian_key(suite: &str, variant: &str, packages: &[String], mirror: Optio
     sha256_hex(format!(
         "suite={suite}\nvariant={variant}\npackages={}\nsources={}\n",
         packages.join(","),
-        debian_sources(suite, mirror).join("|")
+        debian_sources(suite, mirror, &packages).join("|")
     ))
 }
 
@@ -163,7 +174,11 @@ fn mmdebstrap_args(
     args.push("--".into());
     args.push(suite.into());
     args.push(target.into());
-    args.extend(debian_sources(suite, mirror).into_iter().map(OsString::from));
+    args.extend(
+        debian_sources(suite, mirror, packages)
+            .into_iter()
+            .map(OsString::from),
+    );
     args
 }
 
@@ -220,8 +235,19 @@ mod tests {
         let b = debian_key("bookworm", "minbase", &["a".into(), "b".into(), "a".into()], None);
         assert_eq!(a, b);
         assert_ne!(a, debian_key("bookworm", "apt", &["a".into(), "b".into()], None));
-        assert_eq!(debian_sources("bookworm", None).len(), 3);
-        assert_eq!(debian_sources("bookworm", Some("http://mirror/debian/")).len(), 2);
+        assert_eq!(debian_sources("bookworm", None, &[]).len(), 3);
+        assert_eq!(
+            debian_sources("bookworm", Some("http://mirror/debian/"), &[]).len(),
+            2
+        );
+        let backports = [
+            "rtla/bookworm-backports".to_string(),
+            "a:amd64/bookworm-backports".into(),
+        ];
+        let sources = debian_sources("bookworm", Some("http://mirror/debian/"), &backports);
+        assert_eq!(sources.len(), 3, "{sources:?}");
+        assert_eq!(sources[2], "deb http://mirror/debian bookworm-backports main");
+        assert_ne!(a, debian_key("bookworm", "minbase", &backports, None));
     }
 
     #[test]
