@@ -367,8 +367,9 @@ pub struct RunInfo {
     pub load: LoadReport,
     /// True under emulation or virtualization, where latencies are functional only.
     pub functional_only: bool,
-    /// The measuring tool (`/2`; a `/1` report was always cyclictest).
-    #[serde(default)]
+    /// The measuring tool (`/2`); absent means cyclictest, as a `/1` report
+    /// was always.
+    #[serde(default, skip_serializing_if = "Tool::is_cyclictest")]
     pub tool: Tool,
     /// The measuring tool's arguments when it is not cyclictest.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -390,6 +391,10 @@ pub enum Tool {
 }
 
 impl Tool {
+    pub fn is_cyclictest(&self) -> bool {
+        *self == Tool::Cyclictest
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Tool::Cyclictest => "cyclictest",

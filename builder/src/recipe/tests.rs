@@ -362,7 +362,9 @@ fn package_names_that_would_be_apt_options_are_refused() {
         "?name(x)",
         "~nfoo",
         "./x.deb",
-        "foo/bookworm",
+        "foo/",
+        "foo/Bookworm",
+        "foo=1/bookworm",
         "foo=",
         "foo=x1",
         "foo:",
@@ -372,10 +374,10 @@ fn package_names_that_would_be_apt_options_are_refused() {
     }
     let good = base.replace(
         "packages: [systemd-sysv]",
-        "packages: [g++, libc6:amd64, 'rt-tests=2.5-1', 'linux-image-6.12=1:6.12.1-1~bpo12+1']",
+        "packages: [g++, libc6:amd64, 'rt-tests=2.5-1', 'linux-image-6.12=1:6.12.1-1~bpo12+1', rtla/bookworm-backports]",
     );
     match parse(&good).unwrap().rootfs.base {
-        RootfsBase::Debian { packages, .. } => assert_eq!(packages.len(), 4),
+        RootfsBase::Debian { packages, .. } => assert_eq!(packages.len(), 5),
         other => panic!("{other:?}"),
     }
 }
