@@ -10,13 +10,14 @@ use clap::{ArgGroup, Args, Parser, Subcommand};
 
 use crate::cache::Cache;
 use crate::commands::config_medium::{self, MediumOptions};
-use crate::commands::{publish, vm};
+use crate::commands::{diff, publish, vm};
 use crate::error::{BadInput, exit, exit_code};
 use crate::ostree;
 use crate::pipeline::{self, PipelineReport};
 use crate::provision::ProvisionError;
 use crate::qualify;
 use crate::recipe::{DiskFormat, Recipe, Remote};
+use crate::sbom;
 use crate::stage::Stage;
 use crate::stages::boot::{self, Accel, BootOptions};
 use crate::stages::commit;
@@ -51,6 +52,9 @@ pub enum Command {
     Publish(PublishArgs),
     /// Show a commit's metadata, including the RT evidence.
     Inspect(InspectArgs),
+    /// What changed between two commits: packages, kernel config, kargs,
+    /// files under /usr and /etc, RT evidence, and the bytes devices download.
+    Diff(DiffArgs),
     /// Write a configuration medium (FAT image labelled EMBERCFG) from a provision.yaml.
     ConfigMedium(ConfigMediumArgs),
     /// Boot a disk image in QEMU through a copy-on-write overlay, with SSH
@@ -160,6 +164,21 @@ pub struct InspectArgs {
     repo: PathBuf,
     #[arg(value_name = "REF")]
     ref_name: String,
+    /// Also the commit's SBOM: its path, checksum (checked against the
+    /// metadata), package count and the licenses seen.
+    #[arg(long)]
+    sbom: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct DiffArgs {
+    /// The ostree repo (archive mode) holding both commits.
+    #[arg(long)]
+    repo: PathBuf,
+    /// The commit devices have (a ref or checksum).
+    from: String,
+    /// The commit they would take.
+    to: String,
 }
 
 #[derive(Args, Debug)]
@@ -392,6 +411,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Boot(args) => run_boot(args, &ui, cli.json),
         Command::Publish(args) => run_publish(args, &ui, cli.json),
         Command::Inspect(args) => run_inspect(args, cli.json),
+        Command::Diff(args) => run_diff(args, cli.json),
         Command::ConfigMedium(args) => run_config_medium(args, cli.json),
         Command::Vm(args) => run_vm(args, &ui, cli.json),
         Command::Disk(args) => run_disk(args, &ui, cli.json),
@@ -533,15 +553,39 @@ fn run_inspect(args: InspectArgs, json: bool) -> Result<u8> {
     let info = ostree::read_commit(&repository, &args.ref_name)?;
     let evidence = commit::full_evidence(&info).ok();
     let records = qualify::listing::list(&args.repo, &info.checksum)?;
+    let sbom = match args.sbom {
+        true => Some(sbom::read_from_commit(&repository, &info)?),
+        false => None,
+    };
     if json {
         let mut doc = serde_json::to_value(&info)?;
         doc["evidence"] = serde_json::to_value(&evidence)?;
         doc["qualifications"] = serde_json::to_value(&records.qualifications)?;
         doc["promotions"] = serde_json::to_value(&records.promotions)?;
+        if let Some(sbom) = &sbom {
+            doc["sbom"] = serde_json::to_value(sbom)?;
+        }
         print_json(&doc)?;
     } else {
         print!("{}", render_commit(&info, evidence.as_ref()));
         print!("{}", qualify::listing::render(&records));
+        if let Some(sbom) = &sbom {
+            println!(
+                "sbom     {} ({} bytes, sha256 {}, as the metadata records)",
+                sbom.path, sbom.bytes, sbom.sha256
+            );
+            print!("{}", sbom::summary::render(&sbom.summary));
+        }
+    }
+    Ok(exit::OK)
+}
+
+fn run_diff(args: DiffArgs, json: bool) -> Result<u8> {
+    let diff = diff::diff(&args.repo, &args.from, &args.to)?;
+    if json {
+        print_json(&serde_json::to_value(&diff)?)?;
+    } else {
+        print!("{}", diff::render(&diff));
     }
     Ok(exit::OK)
 }

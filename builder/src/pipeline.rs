@@ -11,6 +11,7 @@ use crate::cache::{Cache, write_file_atomic};
 use crate::io::hashing::{sha256_file, sha256_hex, sha256_tree};
 use crate::ostree;
 use crate::recipe::{ConfigBase, Flavor, Recipe, RootfsBase};
+use crate::sbom::{self, image::WrittenSbom};
 use crate::stage::{Key, Outcome, Stage, StageReport, StageRun, record};
 use crate::stages::boot::{self, BootOptions, BootOutput};
 use crate::stages::commit::{self, CommitFacts, CommitOutput};
@@ -141,11 +142,11 @@ pub fn run(ctx: &Context, until: Stage, report: &mut PipelineReport) -> Result<(
     if until == Stage::Rootfs {
         return Ok(());
     }
-    let committed = stage_commit(ctx, report, &kernel, &rootfs, &verified.evidence)?;
+    let committed = stage_commit(ctx, report, &fetched, &kernel, &rootfs, &verified.evidence)?;
     if until == Stage::Commit {
         return Ok(());
     }
-    let iso = stage_iso(ctx, report, &kernel)?;
+    let iso = stage_iso(ctx, report, &fetched, &kernel)?;
     if until == Stage::Iso {
         return Ok(());
     }
@@ -259,7 +260,12 @@ pub fn iso_path(ctx: &Context) -> PathBuf {
     })
 }
 
-fn stage_iso(ctx: &Context, report: &mut PipelineReport, kernel: &KernelOutput) -> Result<IsoOutput> {
+fn stage_iso(
+    ctx: &Context,
+    report: &mut PipelineReport,
+    fetched: &Fetched,
+    kernel: &KernelOutput,
+) -> Result<IsoOutput> {
     let recipe = &ctx.recipe;
     let live_rootfs = recipe
         .live
@@ -276,6 +282,7 @@ fn stage_iso(ctx: &Context, report: &mut PipelineReport, kernel: &KernelOutput) 
     packages.extend(recipe.live.packages.iter().cloned());
     let jitter = rootfs::find_jitter()?;
     let iso = iso_path(ctx);
+    let live_rootfs_sha256 = sha256_tree(&live_rootfs)?;
     let key = Key::new()
         .with("kernel", &kernel.key)
         .with(
@@ -283,7 +290,7 @@ fn stage_iso(ctx: &Context, report: &mut PipelineReport, kernel: &KernelOutput) 
             rootfs::base::debian_key(&suite, "essential", &packages, None),
         )
         .with("jitter", sha256_file(&jitter, None)?)
-        .with("live-rootfs", sha256_tree(&live_rootfs)?)
+        .with("live-rootfs", &live_rootfs_sha256)
         .with_value("ssh-keys", &recipe.live.ssh_authorized_keys)
         .with_value("kargs", &recipe.kernel.cmdline)
         .with(
@@ -293,7 +300,8 @@ fn stage_iso(ctx: &Context, report: &mut PipelineReport, kernel: &KernelOutput) 
         .with("epoch", recipe.source_date_epoch().to_string())
         .with("iso", iso.display().to_string())
         .with("format", ROOTFS_FORMAT);
-    let present = |out: &IsoOutput| out.iso.is_file();
+    let present = |out: &IsoOutput| out.iso.is_file() && out.sbom.as_ref().is_some_and(|p| p.is_file());
+    let flavor = recipe.flavor.to_string();
     ctx.run(report, Stage::Iso)?.cached(&key, present, |dir| {
         let title = format!("{} {} live", recipe.name, recipe.version);
         let version_line = format!(
@@ -312,6 +320,16 @@ fn stage_iso(ctx: &Context, report: &mut PipelineReport, kernel: &KernelOutput) 
             jitter: &jitter,
             iso: &iso,
             epoch: recipe.source_date_epoch(),
+            facts: &sbom::image::BuildFacts {
+                name: &recipe.name,
+                version: &recipe.version,
+                flavor: &flavor,
+                kernel_release: &kernel.release,
+                kernel_source_sha256: &fetched.sha256,
+                kernel_source_origin: &fetched.origin,
+                overlays: vec![(live_rootfs.display().to_string(), live_rootfs_sha256.clone())],
+                epoch: recipe.source_date_epoch(),
+            },
         };
         iso::build_iso(&inputs, &ctx.cache, &ctx.fetch_options, dir, &ctx.ui)
     })
@@ -380,11 +398,8 @@ fn stage_rootfs(ctx: &Context, report: &mut PipelineReport, kernel: &KernelOutpu
         .with("emberrtos-device", sha256_file(&device_tool, None)?)
         .with("jitter", sha256_file(&jitter, None)?)
         .with("format", ROOTFS_FORMAT);
-    for (i, overlay) in recipe.rootfs.overlays.iter().enumerate() {
-        key = key.with(
-            &format!("overlay {}", recipe.raw.rootfs.overlays[i]),
-            sha256_tree(overlay)?,
-        );
+    for (name, tree_sha256) in overlay_hashes(ctx)? {
+        key = key.with(&format!("overlay {name}"), tree_sha256);
     }
     ctx.run(report, Stage::Rootfs)?.cached(
         &key,
@@ -426,14 +441,54 @@ fn stage_rootfs(ctx: &Context, report: &mut PipelineReport, kernel: &KernelOutpu
     )
 }
 
+/// `(the recipe's path, the tree's sha256)` of each overlay, in order.
+fn overlay_hashes(ctx: &Context) -> Result<Vec<(String, String)>> {
+    let recipe = &ctx.recipe;
+    recipe
+        .rootfs
+        .overlays
+        .iter()
+        .zip(&recipe.raw.rootfs.overlays)
+        .map(|(overlay, name)| Ok((name.clone(), sha256_tree(overlay)?)))
+        .collect()
+}
+
+/// Writes the SBOM into the composed tree (every run: the commit's key
+/// holds its checksum, and the tree is what it describes).
+fn write_sbom(
+    ctx: &Context,
+    fetched: &Fetched,
+    kernel: &KernelOutput,
+    rootfs: &RootfsOutput,
+) -> Result<WrittenSbom> {
+    let recipe = &ctx.recipe;
+    let flavor = recipe.flavor.to_string();
+    let facts = sbom::image::BuildFacts {
+        name: &recipe.name,
+        version: &recipe.version,
+        flavor: &flavor,
+        kernel_release: &kernel.release,
+        kernel_source_sha256: &fetched.sha256,
+        kernel_source_origin: &fetched.origin,
+        overlays: overlay_hashes(ctx)?,
+        epoch: recipe.source_date_epoch(),
+    };
+    let written = sbom::image::write_into_tree(&rootfs.tree, &facts).context("making the SBOM")?;
+    ctx.ui.note(written.describe(sbom::PATH_IN_TREE));
+    Ok(written)
+}
+
 fn stage_commit(
     ctx: &Context,
     report: &mut PipelineReport,
+    fetched: &Fetched,
     kernel: &KernelOutput,
     rootfs: &RootfsOutput,
     evidence: &Evidence,
 ) -> Result<CommitOutput> {
     let recipe = &ctx.recipe;
+    let rootfs_key = report.stages.last().map(|s| s.key.clone()).unwrap_or_default();
+    let sbom = write_sbom(ctx, fetched, kernel, rootfs)?;
     let facts = CommitFacts {
         name: &recipe.name,
         version: &recipe.version,
@@ -444,12 +499,12 @@ fn stage_commit(
         recipe_sha256: &recipe.sha256,
         evidence,
         health: &recipe.health,
+        sbom_sha256: Some(&sbom.sha256),
     };
     let metadata = commit::metadata(&facts)?;
     let repo = repo_path(ctx);
     // The parent (the ref's target) is not part of the key: tagging this
     // commit moves the ref to it, and the rerun must still be a cache hit.
-    let rootfs_key = report.stages.last().map(|s| s.key.clone()).unwrap_or_default();
     let key = Key::new()
         .with("rootfs", rootfs_key)
         .with_value("metadata", &metadata)
@@ -460,7 +515,7 @@ fn stage_commit(
     };
     ctx.run(report, Stage::Commit)?.cached(&key, present, |_| {
         let subject = format!("{} {} ({})", recipe.name, recipe.version, recipe.flavor);
-        let out = commit::commit(
+        let mut out = commit::commit(
             &repo,
             &recipe.ostree.ref_name,
             &rootfs.tree,
@@ -468,6 +523,7 @@ fn stage_commit(
             &subject,
             recipe.source_date_epoch(),
         )?;
+        out.sbom = Some(sbom.clone());
         ctx.ui.note(format!(
             "commit {} ({} of {} content objects written, {} bytes)",
             out.checksum,

@@ -118,6 +118,7 @@ fn commit_build(repo: &Path, ref_name: &str, build: &Build, key: Option<&GpgKey>
         recipe_sha256: &"cd".repeat(32),
         evidence: &evidence,
         health: &imgbuild::device::policy::HealthPolicy::default(),
+        sbom_sha256: None,
     })
     .unwrap();
     let repository = ost::open_or_create(repo).unwrap();

@@ -65,6 +65,7 @@ fn commit_ref(repo: &Path, dir: &Path, ref_name: &str, flavor: Flavor, kernel: K
         recipe_sha256: &"cd".repeat(32),
         evidence: &kernel.evidence(),
         health: &imgbuild::device::policy::HealthPolicy::default(),
+        sbom_sha256: None,
     })
     .unwrap();
     let out = commit::commit(repo, ref_name, &tree, &metadata, "emberrtos", 1_764_460_800).unwrap();

@@ -77,6 +77,7 @@ fn metadata(flavor: Flavor, evidence: &rtcheck::Evidence) -> ost::Metadata {
         recipe_sha256: "cd".repeat(32).as_str(),
         evidence,
         health: &imgbuild::device::policy::HealthPolicy::default(),
+        sbom_sha256: None,
     })
     .unwrap()
 }

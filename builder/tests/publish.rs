@@ -114,6 +114,7 @@ fn build(repo: &Path, tree: &Path, version: &str, key: &GpgKey, evidence: &rtche
         recipe_sha256: &"cd".repeat(32),
         evidence,
         health: &imgbuild::device::policy::HealthPolicy::default(),
+        sbom_sha256: None,
     })
     .unwrap();
     // Each build is a day newer: `ostree admin upgrade` refuses to go back in time.
@@ -570,6 +571,7 @@ fn refuses_rt_without_evidence_and_old_versions() {
         recipe_sha256: &"cd".repeat(32),
         evidence: &broken,
         health: &imgbuild::device::policy::HealthPolicy::default(),
+        sbom_sha256: None,
     })
     .unwrap();
     // ... on a tree whose kernel is generic.

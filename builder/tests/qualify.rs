@@ -140,6 +140,7 @@ fn rt_metadata() -> ost::Metadata {
         recipe_sha256: &"cd".repeat(32),
         evidence: &Kernel::Rt.evidence(),
         health: &imgbuild::device::policy::HealthPolicy::default(),
+        sbom_sha256: None,
     })
     .unwrap()
 }

@@ -996,7 +996,7 @@ fn sync_commitmeta(
 
 /// Bytes of the objects a client without a delta would fetch to go from
 /// `from` (or nothing) to `to`.
-fn objects_bytes(repo: &ostree::Repo, source: &Path, from: Option<&str>, to: &str) -> Result<u64> {
+pub fn objects_bytes(repo: &ostree::Repo, source: &Path, from: Option<&str>, to: &str) -> Result<u64> {
     let wanted = repo.traverse_commit(to, 0, gio::Cancellable::NONE)?;
     let have: BTreeSet<PathBuf> = match from {
         Some(f) => repo

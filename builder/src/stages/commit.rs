@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::device::policy::HealthPolicy;
 use crate::ostree::{self, CommitRequest, MetaValue, Metadata, WriteStats};
 use crate::recipe::Flavor;
+use crate::sbom::image::WrittenSbom;
 
 /// Metadata keys written on every commit.
 pub mod key {
@@ -27,6 +28,8 @@ pub mod key {
     pub const RT_PREFIX: &str = "imgbuild.rt.";
     /// The trial-boot policy as JSON ([`HealthPolicy`](crate::device::policy::HealthPolicy)).
     pub const HEALTH: &str = crate::device::policy::METADATA_KEY;
+    /// The sha256 of the SBOM in the tree ([`crate::sbom::PATH_IN_TREE`]).
+    pub const SBOM_SHA256: &str = crate::sbom::METADATA_KEY;
 }
 
 /// The facts a commit records.
@@ -42,6 +45,8 @@ pub struct CommitFacts<'a> {
     pub evidence: &'a Evidence,
     /// What the commit asks of its own trial boots on a device.
     pub health: &'a HealthPolicy,
+    /// The sha256 of the SBOM written into the tree.
+    pub sbom_sha256: Option<&'a str>,
 }
 
 /// Builds the commit metadata (pure).
@@ -67,6 +72,9 @@ pub fn metadata(facts: &CommitFacts) -> Result<Metadata> {
         MetaValue::Str(serde_json::to_string(facts.evidence)?),
     );
     put(key::HEALTH, MetaValue::Str(facts.health.to_json()));
+    if let Some(sbom_sha256) = facts.sbom_sha256 {
+        put(key::SBOM_SHA256, MetaValue::Str(sbom_sha256.into()));
+    }
     for check in &facts.evidence.checks {
         put(
             &format!("{}{}", key::RT_PREFIX, check.id),
@@ -140,6 +148,9 @@ pub struct CommitOutput {
     pub parent: Option<String>,
     pub reused_parent: bool,
     pub stats: WriteStats,
+    /// The SBOM the tree carries (absent in stamps of older builds).
+    #[serde(default)]
+    pub sbom: Option<WrittenSbom>,
 }
 
 /// Commits `tree` to the archive repo at `repo_path`, with the ref's current
@@ -175,6 +186,7 @@ pub fn commit(
         parent,
         reused_parent: result.reused_parent,
         stats: result.stats,
+        sbom: None,
     })
 }
 
@@ -193,6 +205,7 @@ mod tests {
         };
         let kargs = ["nohz_full=1".to_string()];
         let evidence = Evidence::default();
+        let sbom = "ef".repeat(32);
         let facts = CommitFacts {
             name: "emberrtos",
             version: "2026.11.1",
@@ -203,6 +216,7 @@ mod tests {
             recipe_sha256: &"cd".repeat(32),
             evidence: &evidence,
             health: &health,
+            sbom_sha256: Some(&sbom),
         };
         let metadata = metadata(&facts).unwrap();
         assert_eq!(key::HEALTH, "imgbuild.health");
@@ -210,5 +224,9 @@ mod tests {
             panic!("no {} string in {metadata:?}", key::HEALTH);
         };
         assert_eq!(HealthPolicy::parse(json), Ok(health));
+        let Some(MetaValue::Str(recorded)) = metadata.get(key::SBOM_SHA256) else {
+            panic!("no {} in {metadata:?}", key::SBOM_SHA256);
+        };
+        assert_eq!(recorded, &sbom);
     }
 }

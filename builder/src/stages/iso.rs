@@ -9,12 +9,16 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::cache::Cache;
+use crate::cache::{Cache, write_file_atomic};
 use crate::io::extract::{ExtractOptions, extract_tarball};
 use crate::io::hashing::sha256_file;
 use crate::io::initramfs::{self, Archive};
 use crate::io::root::{ImageRoot, tree_size};
 use crate::recipe::RootfsBase;
+use crate::sbom::{
+    self,
+    image::{BuildFacts, LiveFiles},
+};
 use crate::stages::fetch::FetchOptions;
 use crate::stages::rootfs::{KernelFiles, base, overlay, secrets};
 use crate::tool;
@@ -222,6 +226,9 @@ pub struct IsoOutput {
     pub initramfs_bytes: u64,
     pub live_rootfs_bytes: u64,
     pub trimmed_bytes: u64,
+    /// The ISO's SBOM, `<iso>.spdx.json` (absent in stamps of older builds).
+    #[serde(default)]
+    pub sbom: Option<PathBuf>,
 }
 
 pub struct LiveInputs<'a> {
@@ -236,6 +243,8 @@ pub struct LiveInputs<'a> {
     pub jitter: &'a Path,
     pub iso: &'a Path,
     pub epoch: u64,
+    /// What the ISO's SBOM states of the build.
+    pub facts: &'a BuildFacts<'a>,
 }
 
 /// xorriso's volume UUID format, `YYYYMMDDhhmmsscc`, from a Unix time.
@@ -314,6 +323,14 @@ pub fn build_iso(
         "host identity stripped from the live root: {}",
         stripped.summary()
     ));
+    // Before the trim: the copyright files state the licenses.
+    let live_files = LiveFiles {
+        bzimage: &inputs.kernel.bzimage,
+        config: &inputs.kernel.config,
+        jitter: inputs.jitter,
+    };
+    let sbom =
+        sbom::image::for_live_iso(&root, inputs.facts, &live_files).context("making the ISO's SBOM")?;
     let trimmed_bytes = trim(&root)?;
     install_live_files(&root, inputs)?;
     secrets::refuse_private_keys(&root)?;
@@ -368,6 +385,9 @@ pub fn build_iso(
     if let Some(parent) = inputs.iso.parent() {
         std::fs::create_dir_all(parent)?;
     }
+    let sbom_path = sbom::image::beside_iso(inputs.iso);
+    write_file_atomic(&sbom_path, &sbom)?;
+    ui.note(format!("SBOM {}: {} bytes", sbom_path.display(), sbom.len()));
     std::fs::rename(&partial, inputs.iso)
         .with_context(|| format!("moving the ISO to {}", inputs.iso.display()))?;
     let iso_sha256 = sha256_file(inputs.iso, None)?;
@@ -387,6 +407,7 @@ pub fn build_iso(
         initramfs_bytes,
         live_rootfs_bytes,
         trimmed_bytes,
+        sbom: Some(sbom_path),
     })
 }
 
@@ -501,6 +522,16 @@ mod tests {
             jitter: &jitter,
             iso: &dir.path().join("x.iso"),
             epoch: 0,
+            facts: &BuildFacts {
+                name: "t",
+                version: "1",
+                flavor: "rt",
+                kernel_release: "6.12.0",
+                kernel_source_sha256: "",
+                kernel_source_origin: "",
+                overlays: Vec::new(),
+                epoch: 0,
+            },
         };
         // `root` dangles inside the tree: refused, or written inside; never the host's file.
         let result = install_live_files(&ImageRoot::open(&live).unwrap(), &inputs);

@@ -15,6 +15,7 @@ use crate::ostree as ost;
 use crate::recipe::Flavor;
 use crate::stages::commit::{self, BOOT_EVIDENCE};
 use crate::stages::verify;
+use crate::tree::{children, contents, entry_type};
 
 const MODULES_DIR: &str = "usr/lib/modules";
 
@@ -52,61 +53,6 @@ fn refused(summary: impl Into<String>, reasons: Vec<String>) -> anyhow::Error {
         reasons,
     }
     .into()
-}
-
-/// The type of an entry in the commit, not following symlinks; `None` when absent.
-fn entry_type(file: &gio::File) -> Result<Option<gio::FileType>> {
-    match file.query_info(
-        "standard::type",
-        gio::FileQueryInfoFlags::NOFOLLOW_SYMLINKS,
-        gio::Cancellable::NONE,
-    ) {
-        Ok(info) => Ok(Some(info.file_type())),
-        Err(e) if e.matches(gio::IOErrorEnum::NotFound) => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("reading {} in the commit", file.uri())),
-    }
-}
-
-/// The names of the entries of a directory in the commit.
-fn children(dir: &gio::File) -> Result<Vec<(String, gio::FileType)>> {
-    let entries = dir
-        .enumerate_children(
-            "standard::name,standard::type",
-            gio::FileQueryInfoFlags::NOFOLLOW_SYMLINKS,
-            gio::Cancellable::NONE,
-        )
-        .with_context(|| format!("listing {} in the commit", dir.uri()))?;
-    let mut out = Vec::new();
-    for info in entries {
-        let info = info.with_context(|| format!("listing {} in the commit", dir.uri()))?;
-        out.push((info.name().to_string_lossy().into_owned(), info.file_type()));
-    }
-    out.sort();
-    Ok(out)
-}
-
-/// The content of a regular file in the commit, read from its object.
-fn contents(file: &gio::File) -> Result<Vec<u8>> {
-    use std::io::Read;
-    let repo_file = file
-        .downcast_ref::<ostree::RepoFile>()
-        .context("not a file inside an ostree commit")?;
-    repo_file
-        .ensure_resolved()
-        .with_context(|| format!("resolving {} in the commit", file.uri()))?;
-    let checksum = repo_file.checksum();
-    let (stream, _, _) = repo_file
-        .repo()
-        .load_file(&checksum, gio::Cancellable::NONE)
-        .with_context(|| format!("loading {} (object {checksum}) from the repo", file.uri()))?;
-    let mut bytes = Vec::new();
-    if let Some(stream) = stream {
-        stream
-            .into_read()
-            .read_to_end(&mut bytes)
-            .with_context(|| format!("reading {} from the repo", file.uri()))?;
-    }
-    Ok(bytes)
 }
 
 /// The bytes of a regular file in the commit; `None` when absent. A symlink

@@ -1,0 +1,219 @@
+//! `imgbuild diff`: what changed between two commits, read from the
+//! committed trees themselves (dpkg status, kernel config, files), their
+//! metadata (kargs, RT evidence) and the repo (the bytes to download).
+
+pub mod compare;
+pub mod download;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+use crate::ostree as ost;
+use crate::stages::commit;
+use crate::tree::{self, TreeEntry};
+use compare::{FileChanges, ListChange, PackageChanges, PackageVersions, SymbolChange};
+use download::Download;
+
+/// The directories whose files are compared.
+const COMPARED_DIRS: &[&str] = &["usr", "etc"];
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Side {
+    pub checksum: String,
+    pub version: Option<String>,
+    pub kernel_release: Option<String>,
+    /// Each RT check's status (`pass`, `fail`, `skip`), boot evidence included.
+    pub rt_evidence: BTreeMap<String, String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct CommitDiff {
+    pub from: Side,
+    pub to: Side,
+    pub packages: PackageChanges,
+    pub kernel_symbols: Vec<SymbolChange>,
+    pub kargs: ListChange,
+    /// By group (`usr/bin`, `etc/ssh`, ...).
+    pub files: BTreeMap<String, FileChanges>,
+    pub download: Download,
+}
+
+/// One commit's facts, read out of it.
+struct Facts {
+    side: Side,
+    kargs: Vec<String>,
+    packages: PackageVersions,
+    config: rtcheck::kconfig::Config,
+    files: BTreeMap<String, TreeEntry>,
+}
+
+fn read_facts(repo: &ostree::Repo, rev: &str) -> Result<Facts> {
+    let info = ost::read_commit(repo, rev)?;
+    let (root, checksum) = tree::commit_root(repo, &info.checksum)?;
+    let text = |key: &str| {
+        info.metadata
+            .get(key)
+            .and_then(|v| v.as_str())
+            .map(str::to_string)
+    };
+    let release = text(commit::key::KERNEL_RELEASE);
+    let status_text = crate::sbom::dpkg::STATUS_PATHS
+        .iter()
+        .find_map(|path| tree::read_regular(&root, path).transpose())
+        .transpose()?
+        .with_context(|| format!("commit {checksum} has no dpkg status"))?;
+    let packages = crate::sbom::dpkg::parse_status(&String::from_utf8_lossy(&status_text))
+        .with_context(|| format!("commit {checksum}: dpkg status"))?
+        .into_iter()
+        .map(|p| ((p.name, p.architecture), p.version))
+        .collect();
+    let config_text = match &release {
+        Some(release) => tree::read_regular(&root, &format!("usr/lib/modules/{release}/config"))?,
+        None => None,
+    };
+    let config = rtcheck::kconfig::Config::parse(&String::from_utf8_lossy(&config_text.unwrap_or_default()))
+        .with_context(|| format!("commit {checksum}: the kernel config"))?;
+    let mut files = BTreeMap::new();
+    for dir in COMPARED_DIRS {
+        files.extend(tree::walk(&root, dir)?);
+    }
+    let rt_evidence = commit::full_evidence(&info)
+        .map(|e| {
+            e.checks
+                .iter()
+                .map(|c| (c.id.clone(), c.status.to_string().to_lowercase()))
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(Facts {
+        kargs: commit::kargs_of(&info)?,
+        side: Side {
+            checksum,
+            version: text(commit::key::VERSION),
+            kernel_release: release,
+            rt_evidence,
+        },
+        packages,
+        config,
+        files,
+    })
+}
+
+/// Compares commit `from` with commit `to` (refs or checksums) in the repo at `path`.
+pub fn diff(path: &Path, from: &str, to: &str) -> Result<CommitDiff> {
+    let repo = ost::open(path)?;
+    let a = read_facts(&repo, from).with_context(|| format!("reading {from}"))?;
+    let b = read_facts(&repo, to).with_context(|| format!("reading {to}"))?;
+    Ok(CommitDiff {
+        packages: compare::packages(&a.packages, &b.packages),
+        kernel_symbols: compare::config_symbols(&a.config, &b.config),
+        kargs: compare::kargs(&a.kargs, &b.kargs),
+        files: compare::files(&a.files, &b.files),
+        download: download::download(&repo, path, &a.side.checksum, &b.side.checksum)?,
+        from: a.side,
+        to: b.side,
+    })
+}
+
+fn render_side(out: &mut String, label: &str, side: &Side) {
+    let failed: Vec<&str> = side
+        .rt_evidence
+        .iter()
+        .filter(|(_, status)| status.as_str() == "fail")
+        .map(|(id, _)| id.as_str())
+        .collect();
+    let passed = side.rt_evidence.values().filter(|s| s.as_str() == "pass").count();
+    let _ = writeln!(
+        out,
+        "{label:<5} {} version {} kernel {}; RT evidence: {passed} of {} checks pass{}",
+        side.checksum,
+        side.version.as_deref().unwrap_or("?"),
+        side.kernel_release.as_deref().unwrap_or("?"),
+        side.rt_evidence.len(),
+        if failed.is_empty() {
+            String::new()
+        } else {
+            format!(", failed: {}", failed.join(", "))
+        }
+    );
+}
+
+fn render_packages(out: &mut String, changes: &PackageChanges) {
+    for p in &changes.added {
+        let _ = writeln!(out, "  + {} {} ({})", p.name, p.version, p.architecture);
+    }
+    for p in &changes.removed {
+        let _ = writeln!(out, "  - {} {} ({})", p.name, p.version, p.architecture);
+    }
+    for (label, list) in [("up", &changes.upgraded), ("down", &changes.downgraded)] {
+        for c in list {
+            let _ = writeln!(
+                out,
+                "  {label} {} {} -> {} ({})",
+                c.name, c.from, c.to, c.architecture
+            );
+        }
+    }
+}
+
+/// The diff as `imgbuild diff` prints it.
+pub fn render(diff: &CommitDiff) -> String {
+    let mut out = String::new();
+    render_side(&mut out, "from", &diff.from);
+    render_side(&mut out, "to", &diff.to);
+    let p = &diff.packages;
+    let _ = writeln!(
+        out,
+        "packages: {} added, {} removed, {} upgraded, {} downgraded",
+        p.added.len(),
+        p.removed.len(),
+        p.upgraded.len(),
+        p.downgraded.len()
+    );
+    render_packages(&mut out, p);
+    let _ = writeln!(
+        out,
+        "kernel config: {} symbols changed",
+        diff.kernel_symbols.len()
+    );
+    for s in &diff.kernel_symbols {
+        let value = |v: &Option<String>| v.clone().unwrap_or_else(|| "(absent)".into());
+        let _ = writeln!(out, "  {}: {} -> {}", s.symbol, value(&s.from), value(&s.to));
+    }
+    let _ = writeln!(
+        out,
+        "kargs: added {:?}, removed {:?}",
+        diff.kargs.added, diff.kargs.removed
+    );
+    let _ = writeln!(out, "files under /usr and /etc:");
+    for (group, f) in &diff.files {
+        let _ = writeln!(
+            out,
+            "  /{group}: {} added, {} removed, {} changed",
+            f.added.len(),
+            f.removed.len(),
+            f.changed.len()
+        );
+        for path in f.changed.iter().take(5) {
+            let _ = writeln!(out, "    ~ /{path}");
+        }
+    }
+    let d = &diff.download;
+    let percent = if d.full_pull_bytes == 0 {
+        0.0
+    } else {
+        100.0 * d.bytes as f64 / d.full_pull_bytes as f64
+    };
+    let _ = writeln!(
+        out,
+        "download: {} bytes by {} ({percent:.1} % of a full pull of {} bytes)",
+        d.bytes, d.by, d.full_pull_bytes
+    );
+    out
+}
