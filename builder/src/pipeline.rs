@@ -283,6 +283,13 @@ fn stage_iso(
     let jitter = rootfs::find_jitter()?;
     let iso = iso_path(ctx);
     let live_rootfs_sha256 = sha256_tree(&live_rootfs)?;
+    // As the recipe names it: the SBOM holds no host path.
+    let live_rootfs_name = recipe
+        .raw
+        .live
+        .as_ref()
+        .and_then(|l| l.rootfs.clone())
+        .unwrap_or_default();
     let key = Key::new()
         .with("kernel", &kernel.key)
         .with(
@@ -327,7 +334,9 @@ fn stage_iso(
                 kernel_release: &kernel.release,
                 kernel_source_sha256: &fetched.sha256,
                 kernel_source_origin: &fetched.origin,
-                overlays: vec![(live_rootfs.display().to_string(), live_rootfs_sha256.clone())],
+                bzimage_sha256: &kernel.bzimage_sha256,
+                config_sha256: &kernel.config_sha256,
+                overlays: vec![(live_rootfs_name.clone(), live_rootfs_sha256.clone())],
                 epoch: recipe.source_date_epoch(),
             },
         };
@@ -470,6 +479,8 @@ fn write_sbom(
         kernel_release: &kernel.release,
         kernel_source_sha256: &fetched.sha256,
         kernel_source_origin: &fetched.origin,
+        bzimage_sha256: &kernel.bzimage_sha256,
+        config_sha256: &kernel.config_sha256,
         overlays: overlay_hashes(ctx)?,
         epoch: recipe.source_date_epoch(),
     };

@@ -53,6 +53,10 @@ fn tree(dir: &Path, name: &str, status: &str, sysctl: &str, config_extra: &str) 
     tree
 }
 
+fn file_sha256(path: &Path) -> String {
+    imgbuild::io::hashing::sha256_file(path, None).unwrap()
+}
+
 fn commit_with_sbom(repo: &Path, tree: &Path, kargs: &[String]) -> String {
     let facts = sbom::image::BuildFacts {
         name: "emberrtos",
@@ -61,6 +65,8 @@ fn commit_with_sbom(repo: &Path, tree: &Path, kargs: &[String]) -> String {
         kernel_release: RELEASE,
         kernel_source_sha256: &"ab".repeat(32),
         kernel_source_origin: "Debian package linux-source-6.12",
+        bzimage_sha256: &file_sha256(&tree.join(format!("usr/lib/modules/{RELEASE}/vmlinuz"))),
+        config_sha256: &file_sha256(&tree.join(format!("usr/lib/modules/{RELEASE}/config"))),
         overlays: vec![("../overlays/base".into(), "12".repeat(32))],
         epoch: 1_764_460_800,
     };
@@ -154,10 +160,10 @@ fn diff_names_packages_symbols_kargs_and_files() {
         d["files"]["usr/bin"]["added"],
         serde_json::json!(["usr/bin/tree"])
     );
-    let etc = d["files"]["usr/etc"]["changed"].as_array().unwrap();
-    assert!(
-        etc.contains(&serde_json::json!("usr/etc/sysctl.d/90-rt.conf")),
-        "{etc:?}"
+    // /usr/etc is the device's /etc.
+    assert_eq!(
+        d["files"]["etc/sysctl.d"]["changed"],
+        serde_json::json!(["etc/sysctl.d/90-rt.conf"])
     );
     let modules = &d["files"]["usr/lib"]["changed"];
     assert!(

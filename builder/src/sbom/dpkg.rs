@@ -31,6 +31,34 @@ pub enum StatusError {
     Syntax(String),
     #[error("dpkg status paragraph {paragraph}: no {field} field")]
     MissingField { paragraph: usize, field: &'static str },
+    #[error(
+        "dpkg status paragraph {paragraph}: {field} {value:?} is not a Debian package name or architecture"
+    )]
+    BadName {
+        paragraph: usize,
+        field: &'static str,
+        value: String,
+    },
+    #[error("dpkg status lists {name}:{architecture} installed twice")]
+    Duplicate { name: String, architecture: String },
+}
+
+/// Debian policy 5.6.1: `[a-z0-9][a-z0-9+.-]+`; architectures `[a-z0-9-]+`.
+fn valid_name(field: &str, value: &str) -> bool {
+    let allowed = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || "+.-".contains(c);
+    match field {
+        "Architecture" => {
+            !value.is_empty()
+                && value
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        }
+        _ => {
+            value.len() >= 2
+                && value.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+                && value.chars().all(allowed)
+        }
+    }
 }
 
 /// The installed packages (`Status: install ok installed`), sorted by name
@@ -47,6 +75,15 @@ pub fn parse_status(text: &str) -> Result<Vec<InstalledPackage>, StatusError> {
         }
     }
     packages.sort_by(|a, b| (&a.name, &a.architecture).cmp(&(&b.name, &b.architecture)));
+    if let Some(twice) = packages
+        .windows(2)
+        .find(|w| (&w[0].name, &w[0].architecture) == (&w[1].name, &w[1].architecture))
+    {
+        return Err(StatusError::Duplicate {
+            name: twice[0].name.clone(),
+            architecture: twice[0].architecture.clone(),
+        });
+    }
     Ok(packages)
 }
 
@@ -60,9 +97,20 @@ fn installed_package(paragraph: &Paragraph, index: usize) -> Result<InstalledPac
                 field,
             })
     };
-    let name = field("Package")?;
+    let checked = |name: &'static str| {
+        let value = field(name)?;
+        match valid_name(name, &value) {
+            true => Ok(value),
+            false => Err(StatusError::BadName {
+                paragraph: index,
+                field: name,
+                value,
+            }),
+        }
+    };
+    let name = checked("Package")?;
     let version = field("Version")?;
-    let architecture = field("Architecture")?;
+    let architecture = checked("Architecture")?;
     let (source, source_version) = match paragraph.get("Source") {
         Some(source) => split_source(&source, &version),
         None => (name.clone(), version.clone()),
@@ -181,7 +229,7 @@ Depends: libc6:any | libc6.1 [alpha], dpkg (>= 1.17.17)
 
     #[test]
     fn a_paragraph_without_a_version_is_named() {
-        let err = parse_status("Package: a\nStatus: install ok installed\nArchitecture: all\n").unwrap_err();
+        let err = parse_status("Package: ab\nStatus: install ok installed\nArchitecture: all\n").unwrap_err();
         assert_eq!(
             err,
             StatusError::MissingField {
@@ -190,5 +238,33 @@ Depends: libc6:any | libc6.1 [alpha], dpkg (>= 1.17.17)
             }
         );
         assert_eq!(err.to_string(), "dpkg status paragraph 1: no Version field");
+    }
+
+    #[test]
+    fn hostile_names_and_duplicates_are_refused() {
+        let one = |name: &str, arch: &str| {
+            format!("Package: {name}\nStatus: install ok installed\nArchitecture: {arch}\nVersion: 1\n\n")
+        };
+        for (name, arch) in [
+            ("evil/../bash", "amd64"),
+            ("Bash", "amd64"),
+            ("x", "amd64"),
+            ("ok", "amd 64"),
+            ("ok", "a_b"),
+        ] {
+            let err = parse_status(&one(name, arch)).unwrap_err();
+            assert!(matches!(err, StatusError::BadName { .. }), "{name} {arch}: {err}");
+        }
+        let twice = format!("{}{}", one("bash", "amd64"), one("bash", "amd64"));
+        assert_eq!(
+            parse_status(&twice).unwrap_err().to_string(),
+            "dpkg status lists bash:amd64 installed twice"
+        );
+        assert_eq!(
+            parse_status(&format!("{}{}", one("bash", "amd64"), one("bash", "i386")))
+                .unwrap()
+                .len(),
+            2
+        );
     }
 }

@@ -18,6 +18,9 @@ pub struct BuildFacts<'a> {
     pub kernel_release: &'a str,
     pub kernel_source_sha256: &'a str,
     pub kernel_source_origin: &'a str,
+    /// What the kernel stage built: the image's copies must hash the same.
+    pub bzimage_sha256: &'a str,
+    pub config_sha256: &'a str,
     /// `(the recipe's path, the tree's sha256)` of each overlay.
     pub overlays: Vec<(String, String)>,
     pub epoch: u64,
@@ -48,12 +51,21 @@ fn kernel_facts(
     files: Vec<HashedFile>,
     bzimage_sha256: String,
 ) -> Result<KernelFacts> {
+    let config_sha256 = crate::io::hashing::sha256_hex(config_text);
+    for (what, found, built) in [
+        ("bzImage", &bzimage_sha256, facts.bzimage_sha256),
+        ("config", &config_sha256, facts.config_sha256),
+    ] {
+        if found != built {
+            anyhow::bail!("the image's kernel {what} has sha256 {found}, the kernel stage built {built}");
+        }
+    }
     let config = rtcheck::kconfig::Config::parse(config_text).context("parsing the kernel config")?;
     Ok(KernelFacts {
         release: facts.kernel_release.to_string(),
         source_sha256: facts.kernel_source_sha256.to_string(),
         source_origin: facts.kernel_source_origin.to_string(),
-        config_sha256: crate::io::hashing::sha256_hex(config_text),
+        config_sha256,
         bzimage_sha256,
         preempt_rt: config.is_preempt_rt(),
         files,

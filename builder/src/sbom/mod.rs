@@ -68,9 +68,16 @@ impl HashedFile {
         })
     }
 
-    /// A file of an image tree, read without leaving it.
+    /// A regular file of an image tree, read without leaving it; a symlink
+    /// anywhere on its path is refused (ostree would resolve it on the
+    /// device, not inside this tree).
     pub fn in_tree(root: &ImageRoot, rel: &str) -> Result<HashedFile> {
-        HashedFile::read(rel, root.open_file(Path::new(rel))?)
+        let path = Path::new(rel);
+        let regular = root.symlink_metadata(path)?.is_some_and(|m| m.is_file());
+        if !regular || root.resolved(path)? != path {
+            anyhow::bail!("/{rel} in the image is not a regular file reached without symlinks");
+        }
+        HashedFile::read(rel, root.open_file(path)?)
     }
 }
 
@@ -181,6 +188,15 @@ pub fn build(inputs: &SbomInputs) -> Result<Document> {
     builder.add_binaries(&inputs.binaries)?;
     builder.add_overlays(&inputs.overlays);
     let mut document = builder.finish(inputs);
+    let mut ids = BTreeSet::new();
+    let elements = document
+        .packages
+        .iter()
+        .map(|p| &p.spdx_id)
+        .chain(document.files.iter().map(|f| &f.spdx_id));
+    if let Some(twice) = elements.into_iter().find(|id| !ids.insert(*id)) {
+        anyhow::bail!("two elements of the SBOM would share the id {twice}");
+    }
     document.document_namespace = namespace(inputs, &document)?;
     Ok(document)
 }
@@ -254,7 +270,8 @@ impl Builder {
     }
 
     fn add_debs(&mut self, root: &ImageRoot, debs: &[InstalledPackage]) -> Result<()> {
-        let id = |p: &InstalledPackage| element_id("deb", &format!("{}-{}", p.name, p.architecture));
+        // `.`: an architecture holds none, so `<name>.<arch>` is one package's alone.
+        let id = |p: &InstalledPackage| element_id("deb", &format!("{}.{}", p.name, p.architecture));
         let mut by_name: BTreeMap<&str, String> = BTreeMap::new();
         for deb in debs {
             by_name.entry(&deb.name).or_insert_with(|| id(deb));
@@ -277,10 +294,9 @@ impl Builder {
             self.packages.push(package);
             self.relate(OS_ID, "CONTAINS", &package_id);
             for alternatives in &deb.depends {
-                if let Some(target) = alternatives.iter().find_map(|name| by_name.get(name.as_str())) {
-                    if *target != package_id {
-                        self.relate(&package_id, "DEPENDS_ON", target);
-                    }
+                let target = alternatives.iter().find_map(|name| by_name.get(name.as_str()));
+                if let Some(target) = target.filter(|t| **t != package_id) {
+                    self.relate(&package_id, "DEPENDS_ON", target);
                 }
             }
         }
@@ -321,7 +337,9 @@ impl Builder {
                 copyright_text: document::NOASSERTION.into(),
                 comment: None,
             });
-            self.relate(owner, "CONTAINS", &id);
+            // Not `owner CONTAINS file`: SPDX allows that only of a package
+            // whose files were analysed, which none here is.
+            self.relate(&id, "GENERATED_FROM", owner);
         }
     }
 

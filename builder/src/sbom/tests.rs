@@ -100,10 +100,10 @@ fn every_installed_package_with_its_purl_source_and_license() {
             ("mawk", "1:1.3.4.20200120-3.1")
         ]
     );
-    let bash = package(&document, "SPDXRef-deb-bash-amd64");
+    let bash = package(&document, "SPDXRef-deb-bash.amd64");
     assert_eq!(bash.purl(), Some("pkg:deb/debian/bash@5.2.15-2%2Bb7?arch=amd64"));
     assert_eq!(bash.license_declared, "GPL-3.0-or-later");
-    let libc = package(&document, "SPDXRef-deb-libc6-amd64");
+    let libc = package(&document, "SPDXRef-deb-libc6.amd64");
     assert_eq!(
         libc.license_declared, "NOASSERTION",
         "no copyright file: nothing is guessed"
@@ -112,7 +112,7 @@ fn every_installed_package_with_its_purl_source_and_license() {
         libc.source_info.as_deref(),
         Some("built from the Debian source package glibc 2.36-9+deb12u10")
     );
-    let mawk = package(&document, "SPDXRef-deb-mawk-amd64");
+    let mawk = package(&document, "SPDXRef-deb-mawk.amd64");
     assert_eq!(
         mawk.purl(),
         Some("pkg:deb/debian/mawk@1%3A1.3.4.20200120-3.1?arch=amd64")
@@ -135,21 +135,21 @@ fn relationships_mean_something() {
             .contains(&Relationship::new(from, kind, to))
     };
     assert!(has("SPDXRef-DOCUMENT", "DESCRIBES", OS_ID));
-    assert!(has(OS_ID, "CONTAINS", "SPDXRef-deb-bash-amd64"));
+    assert!(has(OS_ID, "CONTAINS", "SPDXRef-deb-bash.amd64"));
     assert!(has(
-        "SPDXRef-deb-bash-amd64",
+        "SPDXRef-deb-bash.amd64",
         "DEPENDS_ON",
-        "SPDXRef-deb-libc6-amd64"
+        "SPDXRef-deb-libc6.amd64"
     ));
     assert!(
-        has("SPDXRef-deb-bash-amd64", "DEPENDS_ON", "SPDXRef-deb-mawk-amd64"),
+        has("SPDXRef-deb-bash.amd64", "DEPENDS_ON", "SPDXRef-deb-mawk.amd64"),
         "awk is provided by mawk"
     );
     assert!(has(OS_ID, "CONTAINS", KERNEL_ID));
     assert!(has(
-        KERNEL_ID,
-        "CONTAINS",
-        &element_id("file", "usr/lib/modules/6.12.58/vmlinuz")
+        &element_id("file", "usr/lib/modules/6.12.58/vmlinuz"),
+        "GENERATED_FROM",
+        KERNEL_ID
     ));
     assert!(has(
         "SPDXRef-bin-jitter",
@@ -223,4 +223,26 @@ fn a_status_file_linking_out_of_the_tree_is_not_read() {
     .unwrap();
     let err = build(&inputs(&root)).unwrap_err();
     assert!(format!("{err:#}").contains("no dpkg status"), "{err:#}");
+}
+
+#[test]
+fn a_kernel_file_reached_through_a_symlink_is_refused() {
+    let (dir, root) = tree();
+    root.write(
+        Path::new("usr/lib/modules/6.12.58/other"),
+        b"another kernel",
+        0o644,
+    )
+    .unwrap();
+    std::os::unix::fs::symlink("other", dir.path().join("usr/lib/modules/6.12.58/vmlinuz")).unwrap();
+    let err = HashedFile::in_tree(&root, "usr/lib/modules/6.12.58/vmlinuz").unwrap_err();
+    assert!(err.to_string().contains("not a regular file"), "{err:#}");
+    std::fs::create_dir_all(dir.path().join("real")).unwrap();
+    std::fs::write(dir.path().join("real/vmlinuz"), b"k").unwrap();
+    std::os::unix::fs::symlink("real", dir.path().join("linked")).unwrap();
+    assert!(
+        HashedFile::in_tree(&root, "linked/vmlinuz").is_err(),
+        "a link in the parent path"
+    );
+    assert!(HashedFile::in_tree(&root, "real/vmlinuz").is_ok());
 }

@@ -385,11 +385,19 @@ pub fn build_iso(
     if let Some(parent) = inputs.iso.parent() {
         std::fs::create_dir_all(parent)?;
     }
+    // No earlier build's SBOM may sit beside this ISO: it goes first, and
+    // this one is written once the ISO is in place.
     let sbom_path = sbom::image::beside_iso(inputs.iso);
-    write_file_atomic(&sbom_path, &sbom)?;
-    ui.note(format!("SBOM {}: {} bytes", sbom_path.display(), sbom.len()));
+    match std::fs::remove_file(&sbom_path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(e).with_context(|| format!("removing {}", sbom_path.display()));
+        }
+        _ => {}
+    }
     std::fs::rename(&partial, inputs.iso)
         .with_context(|| format!("moving the ISO to {}", inputs.iso.display()))?;
+    write_file_atomic(&sbom_path, &sbom)?;
+    ui.note(format!("SBOM {}: {} bytes", sbom_path.display(), sbom.len()));
     let iso_sha256 = sha256_file(inputs.iso, None)?;
     let iso_bytes = inputs.iso.metadata()?.len();
     std::fs::remove_dir_all(&live_root).ok();
@@ -529,6 +537,8 @@ mod tests {
                 kernel_release: "6.12.0",
                 kernel_source_sha256: "",
                 kernel_source_origin: "",
+                bzimage_sha256: "",
+                config_sha256: "",
                 overlays: Vec::new(),
                 epoch: 0,
             },

@@ -24,13 +24,21 @@ pub struct Download {
 
 const SUPERBLOCK_TYPE: &str = "(a{sv}tayay(a{sv}aya(say)sstayay)aya(uayttay)a(yaytt))";
 
-/// Total Size of a delta superblock: its parts' compressed sizes plus its
-/// fallback objects' compressed sizes, in the delta's byte order.
-pub fn delta_total_size(superblock: &[u8]) -> Result<u64> {
+/// Total Size of the delta superblock from `from` to `to`: its parts'
+/// compressed sizes plus its fallback objects', in the delta's byte order.
+pub fn delta_total_size(superblock: &[u8], from: &str, to: &str) -> Result<u64> {
     let ty = glib::VariantTy::new(SUPERBLOCK_TYPE).expect("valid type");
-    let variant = glib::Variant::from_bytes_with_type(&glib::Bytes::from(superblock), ty).normal_form();
-    if !variant.is_normal_form() || variant.n_children() != 8 {
+    let variant = glib::Variant::from_bytes_with_type(&glib::Bytes::from(superblock), ty);
+    if !variant.is_normal_form() {
         bail!("not a static delta superblock");
+    }
+    let checksum_at = |i: usize| hex::encode(variant.child_value(i).data());
+    if checksum_at(2) != from || checksum_at(3) != to {
+        bail!(
+            "the delta goes from {} to {}, not from {from} to {to}",
+            checksum_at(2),
+            checksum_at(3)
+        );
     }
     let metadata = glib::VariantDict::new(Some(&variant.child_value(0)));
     let swap = match metadata
@@ -43,12 +51,14 @@ pub fn delta_total_size(superblock: &[u8]) -> Result<u64> {
         Some(other) => bail!("the delta's endianness {other:?} is neither 'l' nor 'B'"),
     };
     let order = |n: u64| if swap { n.swap_bytes() } else { n };
-    let size_at = |list: glib::Variant, index: usize| -> u64 {
-        list.iter()
-            .map(|entry| order(entry.child_value(index).get::<u64>().unwrap_or(0)))
-            .sum()
-    };
-    Ok(size_at(variant.child_value(6), 2) + size_at(variant.child_value(7), 2))
+    let mut total = 0u64;
+    for list in [variant.child_value(6), variant.child_value(7)] {
+        for entry in list.iter() {
+            let size = order(entry.child_value(2).get::<u64>().unwrap_or(0));
+            total = total.checked_add(size).context("the delta's sizes overflow")?;
+        }
+    }
+    Ok(total)
 }
 
 /// What a device with `from` downloads to get `to` from the archive repo at `path`.
@@ -60,7 +70,7 @@ pub fn download(repo: &ostree::Repo, path: &Path, from: &str, to: &str) -> Resul
         let bytes =
             std::fs::read(&superblock).with_context(|| format!("reading {}", superblock.display()))?;
         return Ok(Download {
-            bytes: delta_total_size(&bytes).with_context(|| superblock.display().to_string())?,
+            bytes: delta_total_size(&bytes, from, to).with_context(|| superblock.display().to_string())?,
             by: "static-delta",
             superblock_bytes: bytes.len() as u64,
             full_pull_bytes,

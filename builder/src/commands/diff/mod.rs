@@ -18,8 +18,14 @@ use crate::tree::{self, TreeEntry};
 use compare::{FileChanges, ListChange, PackageChanges, PackageVersions, SymbolChange};
 use download::Download;
 
-/// The directories whose files are compared.
-const COMPARED_DIRS: &[&str] = &["usr", "etc"];
+/// A commit keeps `/etc` at `/usr/etc` (ostree merges it into the
+/// deployment's `/etc`): its files are listed as `etc/...`.
+fn as_device_path(path: String) -> String {
+    match path.strip_prefix("usr/etc") {
+        Some(rest) if rest.is_empty() || rest.starts_with('/') => format!("etc{rest}"),
+        _ => path,
+    }
+}
 
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -68,21 +74,29 @@ fn read_facts(repo: &ostree::Repo, rev: &str) -> Result<Facts> {
         .find_map(|path| tree::read_regular(&root, path).transpose())
         .transpose()?
         .with_context(|| format!("commit {checksum} has no dpkg status"))?;
-    let packages = crate::sbom::dpkg::parse_status(&String::from_utf8_lossy(&status_text))
+    let status_text = String::from_utf8(status_text)
+        .with_context(|| format!("commit {checksum}: dpkg status is not UTF-8"))?;
+    let packages = crate::sbom::dpkg::parse_status(&status_text)
         .with_context(|| format!("commit {checksum}: dpkg status"))?
         .into_iter()
         .map(|p| ((p.name, p.architecture), p.version))
         .collect();
-    let config_text = match &release {
-        Some(release) => tree::read_regular(&root, &format!("usr/lib/modules/{release}/config"))?,
-        None => None,
-    };
-    let config = rtcheck::kconfig::Config::parse(&String::from_utf8_lossy(&config_text.unwrap_or_default()))
-        .with_context(|| format!("commit {checksum}: the kernel config"))?;
-    let mut files = BTreeMap::new();
-    for dir in COMPARED_DIRS {
-        files.extend(tree::walk(&root, dir)?);
-    }
+    let release_dir = format!(
+        "usr/lib/modules/{}",
+        release
+            .as_deref()
+            .with_context(|| format!("commit {checksum} records no {}", commit::key::KERNEL_RELEASE))?
+    );
+    let config_text = tree::read_regular(&root, &format!("{release_dir}/config"))?
+        .with_context(|| format!("commit {checksum} has no /{release_dir}/config"))?;
+    let config_text = String::from_utf8(config_text)
+        .with_context(|| format!("commit {checksum}: /{release_dir}/config is not UTF-8"))?;
+    let config = rtcheck::kconfig::Config::parse(&config_text)
+        .with_context(|| format!("commit {checksum}: /{release_dir}/config"))?;
+    let files = tree::walk(&root, "usr")?
+        .into_iter()
+        .map(|(path, entry)| (as_device_path(path), entry))
+        .collect();
     let rt_evidence = commit::full_evidence(&info)
         .map(|e| {
             e.checks
