@@ -71,14 +71,27 @@ pub fn commit_root(repo: &ostree::Repo, rev: &str) -> Result<(gio::File, String)
 }
 
 /// The bytes of the regular file at `path` (relative) in the tree; `None`
-/// when absent. Anything but a regular file there is an error.
-pub fn read_regular(root: &gio::File, path: &str) -> Result<Option<Vec<u8>>> {
+/// when absent. Anything but a regular file there, or one larger than
+/// `limit` bytes, is an error.
+pub fn read_regular(root: &gio::File, path: &str, limit: u64) -> Result<Option<Vec<u8>>> {
     let file = root.resolve_relative_path(path);
     match entry_type(&file)? {
-        None => Ok(None),
-        Some(gio::FileType::Regular) => contents(&file).map(Some),
+        None => return Ok(None),
+        Some(gio::FileType::Regular) => {}
         Some(other) => bail!("/{path} in the commit is not a regular file but {other:?}"),
     }
+    let size = file
+        .query_info(
+            "standard::size",
+            gio::FileQueryInfoFlags::NOFOLLOW_SYMLINKS,
+            gio::Cancellable::NONE,
+        )
+        .with_context(|| format!("reading /{path} in the commit"))?
+        .size();
+    if u64::try_from(size).map_or(true, |size| size > limit) {
+        bail!("/{path} in the commit holds {size} bytes, more than the {limit} read here");
+    }
+    contents(&file).map(Some)
 }
 
 /// An entry of a tree listing.

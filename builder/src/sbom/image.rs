@@ -80,8 +80,8 @@ pub fn write_into_tree(tree: &Path, facts: &BuildFacts) -> Result<WrittenSbom> {
     let modules = format!("usr/lib/modules/{}", facts.kernel_release);
     let vmlinuz = HashedFile::in_tree(&root, &format!("{modules}/vmlinuz"))?;
     let config = HashedFile::in_tree(&root, &format!("{modules}/config"))?;
-    let config_text = String::from_utf8(root.read(Path::new(&config.path))?)
-        .with_context(|| format!("/{} is not UTF-8", config.path))?;
+    let config_text =
+        super::read_text(&root, &config.path).with_context(|| format!("/{} is not UTF-8", config.path))?;
     let bzimage_sha256 = vmlinuz.sha256.clone();
     let binaries = vec![
         Binary {

@@ -120,6 +120,24 @@ pub struct SbomInputs<'a> {
     pub epoch: u64,
 }
 
+/// The most of one text file (a dpkg status, a copyright file, a kernel
+/// config, an SBOM) read out of an image: a hostile one cannot fill memory.
+pub const MAX_TEXT_BYTES: u64 = 64 << 20;
+
+/// The text of `rel` in the tree, refused above [`MAX_TEXT_BYTES`].
+pub fn read_text(root: &ImageRoot, rel: &str) -> Result<String> {
+    let file = root.open_file(Path::new(rel))?;
+    let size = file.metadata().with_context(|| format!("reading /{rel}"))?.len();
+    if size > MAX_TEXT_BYTES {
+        anyhow::bail!("/{rel} holds {size} bytes, more than the {MAX_TEXT_BYTES} an image's text file may");
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_TEXT_BYTES)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("reading /{rel}"))?;
+    String::from_utf8(bytes).with_context(|| format!("/{rel} is not UTF-8"))
+}
+
 /// The installed packages of `root`, from the first dpkg status found.
 pub fn installed_packages(root: &ImageRoot) -> Result<Vec<InstalledPackage>> {
     let status = dpkg::STATUS_PATHS
@@ -132,8 +150,7 @@ pub fn installed_packages(root: &ImageRoot) -> Result<Vec<InstalledPackage>> {
                 dpkg::STATUS_PATHS
             )
         })?;
-    let text = String::from_utf8(root.read(Path::new(status))?)
-        .with_context(|| format!("/{status} is not UTF-8"))?;
+    let text = read_text(root, status)?;
     dpkg::parse_status(&text).with_context(|| format!("parsing /{status}"))
 }
 
@@ -159,7 +176,7 @@ pub fn read_from_commit(repo: &ostree::Repo, info: &crate::ostree::CommitInfo) -
             format!("commit {checksum} records no SBOM ({METADATA_KEY}): built before SBOMs were made")
         })?;
     let (root, _) = crate::tree::commit_root(repo, checksum)?;
-    let bytes = crate::tree::read_regular(&root, PATH_IN_TREE)?
+    let bytes = crate::tree::read_regular(&root, PATH_IN_TREE, MAX_TEXT_BYTES)?
         .with_context(|| format!("commit {checksum} has no /{PATH_IN_TREE}"))?;
     let sha256 = crate::io::hashing::sha256_hex(&bytes);
     if sha256 != recorded {
@@ -309,7 +326,10 @@ impl Builder {
         if !root.is_file(Path::new(&rel)) {
             return Ok(document::NOASSERTION.into());
         }
-        let text = String::from_utf8_lossy(&root.read(Path::new(&rel))?).into_owned();
+        let Ok(text) = read_text(root, &rel) else {
+            // Not UTF-8 (or too large): it states nothing this can read.
+            return Ok(document::NOASSERTION.into());
+        };
         let Some(debian) = license::stated_by_copyright(&text) else {
             return Ok(document::NOASSERTION.into());
         };

@@ -246,3 +246,12 @@ fn a_kernel_file_reached_through_a_symlink_is_refused() {
     );
     assert!(HashedFile::in_tree(&root, "real/vmlinuz").is_ok());
 }
+
+#[test]
+fn a_huge_status_file_is_refused_before_it_is_read() {
+    let (dir, root) = tree();
+    let status = std::fs::File::create(dir.path().join(dpkg::STATUS_PATHS[0])).unwrap();
+    status.set_len(MAX_TEXT_BYTES + 1).unwrap();
+    let err = build(&inputs(&root)).unwrap_err();
+    assert!(format!("{err:#}").contains("more than the"), "{err:#}");
+}

@@ -13,6 +13,7 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 
 use crate::ostree as ost;
+use crate::sbom::MAX_TEXT_BYTES;
 use crate::stages::commit;
 use crate::tree::{self, TreeEntry};
 use compare::{FileChanges, ListChange, PackageChanges, PackageVersions, SymbolChange};
@@ -71,7 +72,7 @@ fn read_facts(repo: &ostree::Repo, rev: &str) -> Result<Facts> {
     let release = text(commit::key::KERNEL_RELEASE);
     let status_text = crate::sbom::dpkg::STATUS_PATHS
         .iter()
-        .find_map(|path| tree::read_regular(&root, path).transpose())
+        .find_map(|path| tree::read_regular(&root, path, MAX_TEXT_BYTES).transpose())
         .transpose()?
         .with_context(|| format!("commit {checksum} has no dpkg status"))?;
     let status_text = String::from_utf8(status_text)
@@ -87,7 +88,7 @@ fn read_facts(repo: &ostree::Repo, rev: &str) -> Result<Facts> {
             .as_deref()
             .with_context(|| format!("commit {checksum} records no {}", commit::key::KERNEL_RELEASE))?
     );
-    let config_text = tree::read_regular(&root, &format!("{release_dir}/config"))?
+    let config_text = tree::read_regular(&root, &format!("{release_dir}/config"), MAX_TEXT_BYTES)?
         .with_context(|| format!("commit {checksum} has no /{release_dir}/config"))?;
     let config_text = String::from_utf8(config_text)
         .with_context(|| format!("commit {checksum}: /{release_dir}/config is not UTF-8"))?;

@@ -7,6 +7,7 @@
 //! config change a small rebuild.
 
 pub mod build;
+pub mod compiler;
 pub mod config;
 pub mod deps;
 
