@@ -23,6 +23,7 @@ use crate::stages::boot::{self, Accel, BootOptions};
 use crate::stages::commit;
 use crate::stages::disk::{self, DiskRequest, InputNames};
 use crate::stages::fetch::FetchOptions;
+use crate::stages::kernel::compiler::{self, CompilerFlags};
 use crate::stages::verify;
 use crate::ui::Ui;
 
@@ -94,6 +95,18 @@ pub struct RecipeArgs {
     /// Boot check through UEFI firmware (OVMF) instead of BIOS.
     #[arg(long)]
     uefi: bool,
+    /// Compile the kernel through distcc on HOSTS (a DISTCC_HOSTS list;
+    /// without a value, $DISTCC_HOSTS). Overrides `kernel.build.distcc`.
+    #[arg(long, value_name = "HOSTS", num_args = 0..=1, default_missing_value = "")]
+    distcc: Option<String>,
+    /// Compile the kernel through ccache, in DIR [default: the cache's
+    /// `ccache` area]. Overrides $IMGBUILD_CCACHE and `kernel.build.ccache`.
+    #[arg(long, value_name = "DIR", num_args = 0..=1, default_missing_value = "")]
+    ccache: Option<PathBuf>,
+    /// make -j for the kernel [default: $IMGBUILD_JOBS, `kernel.build.jobs`,
+    /// distcc's host slots, else the CPUs here].
+    #[arg(short = 'j', long, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    jobs: Option<u64>,
 }
 
 #[derive(Args, Debug)]
@@ -427,6 +440,18 @@ fn run_recipe(args: RecipeArgs, ui: Ui, json: bool) -> Result<u8> {
     let cache = Cache::open(&cache_root)?;
     std::fs::create_dir_all(&args.work_dir)
         .with_context(|| format!("creating work dir {}", args.work_dir.display()))?;
+    let flags = CompilerFlags {
+        distcc: args.distcc.map(|h| Some(h).filter(|h| !h.is_empty())),
+        ccache: args.ccache.map(|d| Some(d).filter(|d| !d.as_os_str().is_empty())),
+        jobs: args.jobs.map(|n| n as usize),
+    };
+    let compiler = compiler::resolve(
+        &recipe.kernel.build,
+        &flags,
+        |name| std::env::var(name).ok(),
+        cache.root().join("ccache"),
+    )
+    .map_err(|e| BadInput::new(&e.source_name, e.message))?;
     let ctx = pipeline::Context {
         recipe,
         work_dir: args.work_dir.canonicalize()?,
@@ -439,6 +464,7 @@ fn run_recipe(args: RecipeArgs, ui: Ui, json: bool) -> Result<u8> {
             jitter: (args.boot_jitter > 0).then_some(args.boot_jitter),
             uefi: args.uefi,
         },
+        compiler,
     };
     let mut report = PipelineReport::default();
     let result = pipeline::run(&ctx, args.until, &mut report);

@@ -19,6 +19,7 @@ use crate::stages::disk::{self, DiskOutput, DiskRequest, InputNames};
 use crate::stages::fetch::{self, FetchOptions, Fetched};
 use crate::stages::iso::{self, IsoOutput, LiveInputs};
 use crate::stages::kernel::build::{KernelOutput, build, kernel_key};
+use crate::stages::kernel::compiler::CompilerOptions;
 use crate::stages::kernel::config::{KconfigOutput, configure, read_fragments};
 use crate::stages::kernel::{self, MakeEnv, SourceTree};
 use crate::stages::rootfs::{self, BuildInfo, ComposeInputs, KernelFiles, RootfsOutput};
@@ -35,6 +36,8 @@ pub struct Context {
     pub ui: Ui,
     pub fetch_options: FetchOptions,
     pub boot: BootOptions,
+    /// distcc, ccache and -j for the kernel build (not in any key).
+    pub compiler: CompilerOptions,
 }
 
 impl Context {
@@ -110,7 +113,10 @@ pub fn run(ctx: &Context, until: Stage, report: &mut PipelineReport) -> Result<(
 
     let recipe = &ctx.recipe;
     let source = kernel::prepare_source(&fetched, &ctx.cache, &ctx.ui)?;
-    let make_env = MakeEnv::new(recipe.source_date_epoch());
+    let make_env = MakeEnv {
+        compiler: ctx.compiler.clone(),
+        ..MakeEnv::new(recipe.source_date_epoch())
+    };
     let toolchain = kernel::toolchain_id()?;
     let build_dir = kernel::build_dir(&ctx.work_dir, &source, &recipe.kernel.base);
     let key = kconfig_key(ctx, &source, &toolchain, &make_env)?;

@@ -26,8 +26,8 @@ use serde::Serialize;
 use crate::device::policy::HealthPolicy;
 pub use locate::{Locations, Position, fmt_field_error, locate};
 pub use schema::{
-    DiskFormat, Flavor, RawDevice, RawDisk, RawHealth, RawKernel, RawLive, RawOstree, RawRecipe, RawRemote,
-    RawRootfs, RawRootfsBase, RawRt, RawSource,
+    DiskFormat, Flavor, RawCcache, RawDevice, RawDisk, RawDistcc, RawHealth, RawKernel, RawKernelBuild,
+    RawLive, RawOstree, RawRecipe, RawRemote, RawRootfs, RawRootfsBase, RawRt, RawSource,
 };
 use sections::Validator;
 
@@ -114,6 +114,20 @@ pub struct Kernel {
     /// With the `CONFIG_` prefix.
     pub allow_dropped: Vec<String>,
     pub cmdline: Vec<String>,
+    /// How, not what: left out of the image hash and every cache key.
+    #[serde(skip)]
+    pub build: KernelBuild,
+}
+
+/// `kernel.build`, checked: how to compile, which the environment and the
+/// command line override ([`crate::stages::kernel::compiler::resolve`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct KernelBuild {
+    /// `Some(None)`: distcc on `$DISTCC_HOSTS`.
+    pub distcc: Option<Option<String>>,
+    /// `Some(None)`: ccache in the cache's `ccache` area.
+    pub ccache: Option<Option<PathBuf>>,
+    pub jobs: Option<usize>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

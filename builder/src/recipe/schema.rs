@@ -73,6 +73,37 @@ pub struct RawKernel {
     pub allow_dropped: Vec<String>,
     #[serde(default)]
     pub cmdline: Vec<String>,
+    /// How the kernel is compiled (distcc, ccache, -j); not its output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build: Option<RawKernelBuild>,
+}
+
+/// `kernel.build`: `{distcc: {hosts}, ccache: true | DIR, jobs: N}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RawKernelBuild {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distcc: Option<RawDistcc>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ccache: Option<RawCcache>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jobs: Option<u64>,
+}
+
+/// `{hosts: "..."}`; without hosts, `$DISTCC_HOSTS`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RawDistcc {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hosts: Option<String>,
+}
+
+/// `true`/`false`, or the ccache directory.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum RawCcache {
+    Enabled(bool),
+    Dir(String),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -8,12 +8,14 @@ use std::path::{Path, PathBuf};
 
 use super::syntax::{self, Verdict};
 use super::{
-    ConfigBase, Disk, Flavor, Kernel, Live, Locations, Ostree, RawDevice, RawDisk, RawKernel, RawLive,
-    RawOstree, RawRecipe, RawRootfs, RawRootfsBase, RawRt, RawSource, RecipeError, Remote, Rootfs,
+    ConfigBase, Disk, Flavor, Kernel, KernelBuild, Live, Locations, Ostree, RawDevice, RawDisk, RawKernel,
+    RawLive, RawOstree, RawRecipe, RawRootfs, RawRootfsBase, RawRt, RawSource, RecipeError, Remote, Rootfs,
     RootfsBase, Source, normalize,
 };
+use super::{RawCcache, RawDistcc, RawKernelBuild};
 use crate::device::policy::{self, HealthPolicy};
 use crate::io::hashing::is_sha256_hex;
+use crate::stages::kernel::compiler::DistccHosts;
 
 /// The mmdebstrap variants.
 const VARIANTS: &[&str] = &[
@@ -205,7 +207,33 @@ pub(super) fn kernel(v: &Validator, rk: &RawKernel, flavor: Flavor) -> Result<Ke
         fragments: v.resolve_all("kernel.fragments", &rk.fragments)?,
         allow_dropped: allow_dropped(v, &rk.allow_dropped, flavor)?,
         cmdline: cmdline(v, &rk.cmdline)?,
+        build: kernel_build(v, rk.build.as_ref())?,
     })
+}
+
+fn kernel_build(v: &Validator, raw: Option<&RawKernelBuild>) -> Result<KernelBuild, RecipeError> {
+    let Some(raw) = raw else {
+        return Ok(KernelBuild::default());
+    };
+    let distcc = match &raw.distcc {
+        None => None,
+        Some(RawDistcc { hosts: None }) => Some(None),
+        Some(RawDistcc { hosts: Some(hosts) }) => {
+            DistccHosts::parse(hosts).map_err(|e| v.error("kernel.build.distcc.hosts", e.to_string()))?;
+            Some(Some(hosts.clone()))
+        }
+    };
+    let ccache = match &raw.ccache {
+        None | Some(RawCcache::Enabled(false)) => None,
+        Some(RawCcache::Enabled(true)) => Some(None),
+        Some(RawCcache::Dir(dir)) => Some(Some(v.resolve("kernel.build.ccache", dir)?)),
+    };
+    let jobs = match raw.jobs {
+        None => None,
+        Some(n) if (1..=4096).contains(&n) => Some(n as usize),
+        Some(n) => return Err(v.error("kernel.build.jobs", format!("{n} is not from 1 to 4096"))),
+    };
+    Ok(KernelBuild { distcc, ccache, jobs })
 }
 
 /// A make config target, else a path to a `.config` (never a make option).

@@ -869,3 +869,50 @@ fn health_policy_defines_the_image() {
         assert_ne!(plain, hash(&format!("{base}{section}\n")), "{section}");
     }
 }
+
+fn with_build(section: &str) -> String {
+    recipe_text("{ debian: linux-source-6.12 }", "[rt.config]", "rt")
+        .replace("  cmdline:", &format!("  build:\n{section}  cmdline:"))
+}
+
+#[test]
+fn kernel_build_is_how_not_what() {
+    let dir = workspace();
+    let plain = load(
+        &dir,
+        &recipe_text("{ debian: linux-source-6.12 }", "[rt.config]", "rt"),
+    )
+    .unwrap();
+    let text = with_build(
+        "    distcc: { hosts: \"build1.example.org/8,lzo build2.example.org/8,lzo\" }\n    ccache: true\n    jobs: 24\n",
+    );
+    let farm = load(&dir, &text).unwrap();
+    assert_eq!(
+        farm.kernel.build.distcc,
+        Some(Some("build1.example.org/8,lzo build2.example.org/8,lzo".into()))
+    );
+    assert_eq!(farm.kernel.build.ccache, Some(None));
+    assert_eq!(farm.kernel.build.jobs, Some(24));
+    assert_eq!(farm.sha256, plain.sha256, "kernel.build changes no image");
+    let env_hosts = load(&dir, &with_build("    distcc: {}\n    ccache: cc\n")).unwrap();
+    assert_eq!(env_hosts.kernel.build.distcc, Some(None));
+    assert_eq!(env_hosts.kernel.build.ccache, Some(Some(dir.path().join("cc"))));
+}
+
+#[test]
+fn bad_kernel_build_settings_name_their_field() {
+    let dir = workspace();
+    for (section, field) in [
+        (
+            "    distcc: { hosts: \"a;reboot\" }\n",
+            "kernel.build.distcc.hosts",
+        ),
+        ("    distcc: { hosts: \"  \" }\n", "kernel.build.distcc.hosts"),
+        ("    jobs: 0\n", "kernel.build.jobs"),
+    ] {
+        let e = err(&dir, &with_build(section));
+        assert_eq!(e.field, field, "{section}: {e}");
+    }
+    let e = err(&dir, &with_build("    distcc: { hosts: a, port: 1 }\n"));
+    assert!(e.to_string().contains("port"), "{e}");
+}

@@ -9,6 +9,7 @@ use anyhow::{Context, Result, bail};
 use rtcheck::kconfig::Config;
 use serde::{Deserialize, Serialize};
 
+use super::compiler::{describe_events, distcc_event};
 use super::config::KconfigOutput;
 use super::{MakeEnv, SourceTree};
 use crate::cache::{Cache, Placed, place_dir, write_file_atomic};
@@ -108,19 +109,33 @@ pub fn build(
     let started = Instant::now();
     let spinner = ui.spinner("make");
     let mut lines = 0u64;
+    let compiler = &make_env.compiler;
+    compiler.require_tools()?;
+    if let Some(dir) = &compiler.ccache {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating the ccache dir {}", dir.display()))?;
+    }
     let mut make = make_env.make(source, build_dir)?;
-    make.arg(format!("-j{}", make_env.jobs)).arg("bzImage");
+    make.arg(format!("-j{}", compiler.jobs())).arg("bzImage");
     if with_modules {
         make.arg("modules");
     }
+    compiler.apply(&mut make);
+    ui.note(format!("compiling with {}", compiler.describe()));
     ui.note(format!("{} (log: {})", tool::describe(&make), log.display()));
+    let mut distcc_events = std::collections::BTreeMap::new();
     let result = tool::run_logged(&mut make, &log, |line| {
+        if let Some(event) = distcc_event(line) {
+            *distcc_events.entry(event).or_default() += 1;
+        }
         lines += 1;
         if let Some(what) = activity(line) {
             spinner.set_message(format!("[{lines} lines] {what}"));
         }
     });
     spinner.finish_and_clear();
+    for line in describe_events(&distcc_events) {
+        ui.warn(line);
+    }
     result.context("building the kernel")?;
     let build_seconds = started.elapsed().as_secs_f64();
     ui.note(format!("built in {build_seconds:.0}s"));

@@ -121,15 +121,17 @@ pub fn build_dir(work_dir: &Path, source: &SourceTree, base: &ConfigBase) -> Pat
 /// How make is invoked: reproducibility variables and parallelism.
 #[derive(Clone, Debug)]
 pub struct MakeEnv {
-    pub jobs: usize,
     pub source_date_epoch: u64,
+    /// How the kernel's C is compiled (distcc, ccache, -j): not in
+    /// [`MakeEnv::key_text`], since the output is the same.
+    pub compiler: compiler::CompilerOptions,
 }
 
 impl MakeEnv {
     pub fn new(source_date_epoch: u64) -> Self {
         MakeEnv {
-            jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
             source_date_epoch,
+            compiler: compiler::CompilerOptions::default(),
         }
     }
 
@@ -217,11 +219,14 @@ mod tests {
     }
 
     #[test]
-    fn make_env_key_excludes_parallelism() {
-        let mut a = MakeEnv::new(5);
+    fn make_env_key_excludes_how_the_kernel_is_compiled() {
+        let a = MakeEnv::new(5);
         let mut b = MakeEnv::new(5);
-        a.jobs = 1;
-        b.jobs = 64;
+        b.compiler = compiler::CompilerOptions {
+            distcc: compiler::DistccHosts::parse("127.0.0.1:3632/8").ok(),
+            ccache: Some("/var/cache/ccache".into()),
+            jobs: Some(64),
+        };
         assert_eq!(a.key_text(), b.key_text());
         assert_ne!(a.key_text(), MakeEnv::new(6).key_text());
     }
