@@ -131,6 +131,10 @@ fn build_kernel(recipe: &Path, run: &Path, args: &[&str]) -> (serde_json::Value,
 }
 
 fn build_kernel_in(recipe: &Path, work: &Path, cache: &Path, args: &[&str]) -> (serde_json::Value, String) {
+    // distcc's host backoff state, apart from other runs; distcc makes its
+    // subdirectories but not $DISTCC_DIR itself.
+    let distcc_dir = work.with_extension("distcc");
+    std::fs::create_dir_all(&distcc_dir).unwrap();
     let output = BinCommand::cargo_bin("imgbuild")
         .unwrap()
         .args(["--json", "recipe"])
@@ -143,8 +147,7 @@ fn build_kernel_in(recipe: &Path, work: &Path, cache: &Path, args: &[&str]) -> (
         .env_remove("DISTCC_HOSTS")
         .env_remove("IMGBUILD_CCACHE")
         .env_remove("IMGBUILD_JOBS")
-        // distcc's host backoff state, apart from other runs.
-        .env("DISTCC_DIR", work.with_extension("distcc"))
+        .env("DISTCC_DIR", &distcc_dir)
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();

@@ -248,8 +248,10 @@ pub fn resolve(
 pub enum DistccEvent {
     /// It could not connect; distcc tries another host, else compiles here.
     Unreachable(String),
-    /// The compile ran on this machine instead (`running locally instead`).
-    RanHere(String),
+    /// The compile ran on this machine instead (`running locally instead`),
+    /// sent to the host named, or to none when distcc could not pick one
+    /// (its lock or state directory unusable, every host backed off).
+    RanHere(Option<String>),
 }
 
 /// The event a line of distcc's stderr reports, if any (pure).
@@ -257,12 +259,13 @@ pub fn distcc_event(line: &str) -> Option<DistccEvent> {
     if !line.starts_with("distcc[") {
         return None;
     }
-    if let Some(rest) = line.split_once("failed to distribute ").map(|(_, r)| r) {
+    if let Some(rest) = line.split_once("failed to distribute").map(|(_, r)| r) {
         let before = rest
             .strip_suffix("running locally instead")?
             .trim_end()
             .strip_suffix(',')?;
-        return Some(DistccEvent::RanHere(before.rsplit_once(" to ")?.1.to_string()));
+        let host = before.rsplit_once(" to ").map(|(_, host)| host.to_string());
+        return (host.is_some() || before.is_empty()).then_some(DistccEvent::RanHere(host));
     }
     let host = line
         .split_once("connect to ")
@@ -283,9 +286,12 @@ pub fn describe_events(events: &std::collections::BTreeMap<DistccEvent, u64>) ->
             DistccEvent::Unreachable(host) => format!(
                 "distcc could not reach {host} ({count} times): its compiles went to the other hosts or, failing those, ran on this machine"
             ),
-            DistccEvent::RanHere(host) => {
+            DistccEvent::RanHere(Some(host)) => {
                 format!("distcc could not use {host}: {count} compiles fell back to this machine (distcc's own behaviour)")
             }
+            DistccEvent::RanHere(None) => format!(
+                "distcc could not pick a host: {count} compiles fell back to this machine (the build log has distcc's reason)"
+            ),
         })
         .collect()
 }
@@ -471,8 +477,11 @@ mod tests {
         let ran_here = "distcc[4242] Warning: failed to distribute kernel/fork.c to 127.0.0.1:3633/2, running locally instead";
         assert_eq!(
             distcc_event(ran_here),
-            Some(DistccEvent::RanHere("127.0.0.1:3633/2".into()))
+            Some(DistccEvent::RanHere(Some("127.0.0.1:3633/2".into())))
         );
+        let no_host =
+            "distcc[9476] (dcc_build_somewhere) Warning: failed to distribute, running locally instead";
+        assert_eq!(distcc_event(no_host), Some(DistccEvent::RanHere(None)));
         let refused =
             "distcc[25743] ERROR: nonblocking connect to 127.0.0.1:44049 failed: Connection refused";
         assert_eq!(
@@ -489,10 +498,16 @@ mod tests {
             distcc_event("kernel/fork.c: warning: failed to distribute the load"),
             None
         );
-        let events = std::collections::BTreeMap::from([(DistccEvent::RanHere("h/2".into()), 3)]);
+        let events = std::collections::BTreeMap::from([
+            (DistccEvent::RanHere(Some("h/2".into())), 3),
+            (DistccEvent::RanHere(None), 1),
+        ]);
         assert_eq!(
             describe_events(&events),
-            ["distcc could not use h/2: 3 compiles fell back to this machine (distcc's own behaviour)"]
+            [
+                "distcc could not pick a host: 1 compiles fell back to this machine (the build log has distcc's reason)",
+                "distcc could not use h/2: 3 compiles fell back to this machine (distcc's own behaviour)",
+            ]
         );
     }
 }
