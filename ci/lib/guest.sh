@@ -45,10 +45,13 @@ vm_kill() {
 
 # guest COMMAND: runs COMMAND in the guest. A connection whose guest went
 # away (a reboot) ends after 20 s of silence, not never, and no command runs
-# longer than $guest_timeout (default 900 s).
+# longer than $guest_timeout (default 900 s). The banner may take
+# $guest_connect_timeout (default 30 s: a TCG guest that has just booted is
+# busy, and 5 s timed out in CI); the polls for a guest that may be down
+# probe with 5 s.
 guest() {
     timeout "${guest_timeout:-900}" ssh -i "$key" -p "$vm_port" -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null \
-        -o BatchMode=yes -o ConnectTimeout=5 -o ServerAliveInterval=5 -o ServerAliveCountMax=4 \
+        -o BatchMode=yes -o ConnectTimeout="${guest_connect_timeout:-30}" -o ServerAliveInterval=5 -o ServerAliveCountMax=4 \
         -o LogLevel=ERROR root@127.0.0.1 "$@"
 }
 
@@ -115,7 +118,7 @@ poll_guest() {
     done
 }
 
-ssh_answers() { guest true 2>/dev/null; }
+ssh_answers() { guest_connect_timeout=5 guest true 2>/dev/null; }
 
 # wait_ssh SECONDS: until the guest answers over SSH; the seconds since
 # vm_start are in ssh_seconds.
@@ -128,7 +131,7 @@ wait_ssh() {
 # on a connection the rebooting guest left half-open).
 boot_id() {
     guest_timeout=15
-    guest cat /proc/sys/kernel/random/boot_id
+    guest_connect_timeout=5 guest cat /proc/sys/kernel/random/boot_id
     boot_id_status=$?
     guest_timeout=
     return $boot_id_status
