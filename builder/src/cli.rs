@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result};
 use clap::{ArgGroup, Args, Parser, Subcommand};
 
-use crate::cache::Cache;
+use crate::cache::{Cache, remote};
 use crate::commands::config_medium::{self, MediumOptions};
 use crate::commands::{diff, publish, vm};
 use crate::error::{BadInput, exit, exit_code};
@@ -68,6 +68,8 @@ pub enum Command {
     Qualify(QualifyArgs),
     /// Move a release ref to a commit only on valid signed PASS records.
     Promote(PromoteArgs),
+    /// The local artifact cache: list it, prune it, push it to a shared remote.
+    Cache(crate::commands::cache::CacheArgs),
 }
 
 #[derive(Args, Debug)]
@@ -107,6 +109,11 @@ pub struct RecipeArgs {
     /// distcc's host slots, else the CPUs here].
     #[arg(short = 'j', long, value_parser = clap::value_parser!(u64).range(1..=4096))]
     jobs: Option<u64>,
+    /// Look stage artifacts (kernels, rootfs bases) up on this shared cache
+    /// (http://, https:// or file://, as `imgbuild cache push` fills it)
+    /// before building them [default: $IMGBUILD_CACHE_REMOTE].
+    #[arg(long, value_name = "URL")]
+    cache_remote: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -141,7 +148,9 @@ pub struct BootArgs {
 pub struct PublishArgs {
     #[arg(long)]
     repo: PathBuf,
-    /// A directory or file:// URL (the remote's web root).
+    /// A directory, file:// URL (the remote's web root) or
+    /// ssh://user@host[:port]/path (the system OpenSSH client; host keys
+    /// checked; $IMGBUILD_SSH_CONFIG names an ssh_config to use).
     #[arg(long)]
     to: String,
     /// Refs to publish [default: every ref of the repo].
@@ -430,6 +439,13 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Disk(args) => run_disk(args, &ui, cli.json),
         Command::Qualify(args) => run_qualify(args, &ui, cli.json),
         Command::Promote(args) => run_promote(args, &ui, cli.json),
+        Command::Cache(args) => {
+            let doc = crate::commands::cache::run(args, &ui, cli.json)?;
+            if cli.json {
+                print_json(&doc)?;
+            }
+            Ok(exit::OK)
+        }
     }
 }
 
@@ -437,7 +453,12 @@ fn run_recipe(args: RecipeArgs, ui: Ui, json: bool) -> Result<u8> {
     let recipe = Recipe::load(&args.file)?;
     recipe.check_work_dir(&std::path::absolute(&args.work_dir)?)?;
     let cache_root = args.cache_dir.unwrap_or_else(Cache::default_root);
-    let cache = Cache::open(&cache_root)?;
+    let remote = remote::from_flag_or_env(
+        args.cache_remote.as_deref(),
+        std::env::var("IMGBUILD_CACHE_REMOTE").ok().as_deref(),
+    )
+    .map_err(|e| BadInput::new(&e.origin.clone(), e.to_string()))?;
+    let cache = Cache::open(&cache_root)?.with_remote(remote);
     std::fs::create_dir_all(&args.work_dir)
         .with_context(|| format!("creating work dir {}", args.work_dir.display()))?;
     let flags = CompilerFlags {
@@ -526,7 +547,7 @@ fn run_boot(args: BootArgs, ui: &Ui, json: bool) -> Result<u8> {
 }
 
 fn run_publish(args: PublishArgs, ui: &Ui, json: bool) -> Result<u8> {
-    let transport = publish::LocalDir::parse(&args.to)?;
+    let transport = crate::transport::open(&args.to)?;
     let options = publish::PublishOptions {
         refs: args.refs,
         gpg_key: args.gpg_key.as_deref(),
@@ -537,7 +558,7 @@ fn run_publish(args: PublishArgs, ui: &Ui, json: bool) -> Result<u8> {
         force: args.force,
         after_phase: &|_| Ok(()),
     };
-    let report = publish::publish(&args.repo, &transport, &options, ui)?;
+    let report = publish::publish(&args.repo, transport.as_ref(), &options, ui)?;
     if json {
         print_json(&serde_json::to_value(&report)?)?;
     } else {

@@ -22,5 +22,6 @@ pub mod sbom;
 pub mod stage;
 pub mod stages;
 pub mod tool;
+pub mod transport;
 pub mod tree;
 pub mod ui;

@@ -20,6 +20,7 @@ fn quick_retries(attempts: u32) -> FetchOptions {
         backoff: Duration::from_millis(50),
         connect_timeout: Duration::from_secs(5),
         read_timeout: Duration::from_secs(5),
+        max_bytes: None,
     }
 }
 

@@ -6,6 +6,7 @@
 mod common;
 
 use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -79,8 +80,12 @@ struct Distccd {
 }
 
 impl Drop for Distccd {
+    /// The whole process group: distccd's workers (forked, as user
+    /// distccd) would outlive their parent.
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        let _ = Command::new("kill")
+            .args(["-TERM", "--", &format!("-{}", self.child.id())])
+            .status();
         let _ = self.child.wait();
     }
 }
@@ -110,7 +115,9 @@ fn distccd(dir: &Path, name: &str) -> Distccd {
         .args(["--jobs", "2", "--log-level", "info", "--log-stderr", "--port"])
         .arg(port.to_string())
         .stdin(Stdio::null())
+        .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())
+        .process_group(0)
         .spawn()
         .expect("distccd (Debian package distcc, installed by ci/setup)");
     let started = Instant::now();
@@ -147,6 +154,7 @@ fn build_kernel_in(recipe: &Path, work: &Path, cache: &Path, args: &[&str]) -> (
         .env_remove("DISTCC_HOSTS")
         .env_remove("IMGBUILD_CCACHE")
         .env_remove("IMGBUILD_JOBS")
+        .env_remove("IMGBUILD_CACHE_REMOTE")
         .env("DISTCC_DIR", &distcc_dir)
         .output()
         .unwrap();
@@ -292,4 +300,168 @@ fn a_bad_host_list_is_refused_naming_where_it_came_from() {
         "{stderr}"
     );
     assert!(!dir.path().join("work/kernel").exists(), "nothing ran");
+}
+
+/// `imgbuild [--json] cache ARGS --cache-dir CACHE`: its output.
+fn cache_cmd(cache: &Path, args: &[&str]) -> std::process::Output {
+    BinCommand::cargo_bin("imgbuild")
+        .unwrap()
+        .args(args)
+        .arg("--cache-dir")
+        .arg(cache)
+        .output()
+        .unwrap()
+}
+
+fn cache_ok(cache: &Path, args: &[&str]) -> String {
+    let out = cache_cmd(cache, args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Object files anywhere under `dir`: what `make bzImage` leaves.
+fn objects_under(dir: &Path) -> usize {
+    common::files_under(dir)
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "o"))
+        .count()
+}
+
+#[test]
+fn runner_b_takes_the_kernel_from_the_remote_without_make_and_refuses_a_truncated_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = recipe(dir.path());
+    let (a, _) = build_kernel(&recipe, &dir.path().join("a"), &[]);
+    let remote = dir.path().join("remote");
+    let pushed = cache_ok(
+        &dir.path().join("a/cache"),
+        &["cache", "push", remote.to_str().unwrap()],
+    );
+    assert!(pushed.contains("pushed 1 entry"), "{pushed}");
+    let key = a["key"].as_str().unwrap();
+    let archive = remote.join(format!("kernels/{key}.tar"));
+    assert!(archive.is_file() && remote.join(format!("kernels/{key}.json")).is_file());
+    let index: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(remote.join("index.json")).unwrap()).unwrap();
+    assert_eq!(index["entries"][0]["key"], key);
+    // A second push finds it there.
+    let again = cache_ok(
+        &dir.path().join("a/cache"),
+        &["cache", "push", remote.to_str().unwrap()],
+    );
+    assert!(
+        again.contains("pushed 0 entries") && again.contains("1 already there"),
+        "{again}"
+    );
+
+    let server = common::StaticServer::start(&remote);
+    let (b, stderr) = build_kernel(&recipe, &dir.path().join("b"), &["--cache-remote", &server.url]);
+    assert!(
+        stderr.contains("from the cache remote (sha256 verified; make not run)"),
+        "{stderr}"
+    );
+    assert_eq!(b["key"], a["key"]);
+    assert_eq!(b["bzimage-sha256"], a["bzimage-sha256"]);
+    assert_eq!(b["cached"], true);
+    assert_eq!(objects_under(&dir.path().join("b")), 0, "runner B compiled");
+    assert!(
+        server
+            .requests()
+            .iter()
+            .any(|(path, n)| path.ends_with(".tar") && *n > 0),
+        "{:?}",
+        server.requests()
+    );
+
+    // Cut short on the remote: refused, and runner C builds.
+    let full = std::fs::read(&archive).unwrap();
+    std::fs::write(&archive, &full[..full.len() / 2]).unwrap();
+    let (c, stderr) = build_kernel(&recipe, &dir.path().join("c"), &["--cache-remote", &server.url]);
+    assert!(stderr.contains("was not used"), "{stderr}");
+    assert!(stderr.contains("cache miss: building kernel"), "{stderr}");
+    assert!(objects_under(&dir.path().join("c")) > 0, "runner C did not build");
+    assert_eq!(c["bzimage-sha256"], a["bzimage-sha256"]);
+    let entry: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(remote.join(format!("kernels/{key}.json"))).unwrap()).unwrap();
+    let blob = dir
+        .path()
+        .join("c/cache/blobs/sha256")
+        .join(entry["sha256"].as_str().unwrap());
+    assert!(!blob.exists(), "the bad download stayed in the cache");
+    assert_eq!(
+        common::files_under(&dir.path().join("c/cache/tmp")),
+        Vec::<PathBuf>::new(),
+        "a partial download stayed in the cache"
+    );
+
+    // A remote without the entry: a note, and a build.
+    let empty = tempfile::tempdir().unwrap();
+    let (_, stderr) = build_kernel(
+        &recipe,
+        &dir.path().join("d"),
+        &["--cache-remote", &format!("file://{}", empty.path().display())],
+    );
+    assert!(stderr.contains("not on the cache remote: kernels/"), "{stderr}");
+}
+
+#[test]
+fn cache_push_over_ssh_then_ls_and_gc_by_age_and_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = recipe(dir.path());
+    let (a, _) = build_kernel(&recipe, &dir.path().join("a"), &[]);
+    let cache = dir.path().join("a/cache");
+    let key = a["key"].as_str().unwrap();
+
+    let sshd = common::Sshd::start(&dir.path().join("sshd"));
+    let remote = dir.path().join("srv/cache");
+    let out = BinCommand::cargo_bin("imgbuild")
+        .unwrap()
+        .args(["cache", "push", &sshd.url(&remote), "--cache-dir"])
+        .arg(&cache)
+        .env("IMGBUILD_SSH_CONFIG", &sshd.config)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let served: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(remote.join(format!("kernels/{key}.json"))).unwrap()).unwrap();
+    let tar = std::fs::read(remote.join(format!("kernels/{key}.tar"))).unwrap();
+    assert_eq!(served["sha256"], common::sha256_hex(&tar));
+    assert!(remote.join("index.json").is_file());
+
+    let listed: serde_json::Value =
+        serde_json::from_str(&cache_ok(&cache, &["--json", "cache", "ls"])).unwrap();
+    let kernels: Vec<_> = listed["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["area"] == "kernels")
+        .collect();
+    assert_eq!(kernels.len(), 1, "{listed}");
+    assert_eq!(kernels[0]["name"], key);
+
+    let refused = cache_cmd(&cache, &["cache", "gc"]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--older-than"));
+    let dry = cache_ok(&cache, &["cache", "gc", "--max-size", "0", "--dry-run"]);
+    assert!(dry.contains("would remove"), "{dry}");
+    assert!(cache.join("kernels").join(key).is_dir(), "a dry run removed");
+
+    // Only the kernel is two days old: --older-than 1d takes it alone.
+    let status = Command::new("touch")
+        .args(["-d", "2 days ago"])
+        .arg(cache.join("kernels").join(key))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let gc = cache_ok(&cache, &["cache", "gc", "--older-than", "1d"]);
+    assert!(gc.contains("removed 1 entries"), "{gc}");
+    assert!(!cache.join("kernels").join(key).exists());
+    assert!(!cache_ok(&cache, &["cache", "ls"]).contains(key));
+    let bad = cache_cmd(&cache, &["cache", "gc", "--older-than", "soon"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("30d"), "{bad:?}");
 }

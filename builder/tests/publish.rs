@@ -7,14 +7,15 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{GpgKey, StaticServer, ostree, run};
-use imgbuild::commands::publish::{LocalDir, Phase, PublishOptions, PublishReport, publish};
+use common::{GpgKey, Sshd, StaticServer, ostree, run};
+use imgbuild::commands::publish::{LocalDir, Phase, PublishOptions, PublishReport, Transport, publish};
 use imgbuild::error::{exit, exit_code};
 use imgbuild::io::records::{self, RecordKind};
 use imgbuild::ostree as ost;
 use imgbuild::recipe::Flavor;
 use imgbuild::stages::commit::{self, CommitFacts};
 use imgbuild::stages::tag::{TagRequest, required_checks, tag};
+use imgbuild::transport::ssh::SshDir;
 use imgbuild::ui::Ui;
 
 const REF: &str = "emberrtos/x86_64/rt";
@@ -978,4 +979,209 @@ fn signed_records_go_out_before_the_ref_and_planted_links_stop_the_publish() {
 /// A commit object's path in a repo.
 fn object_rel(commit: &str) -> PathBuf {
     imgbuild::commands::publish::object_path(commit, ::ostree::ObjectType::Commit)
+}
+
+/// Publishes the fixture's ref through `transport`, signed.
+fn publish_through(f: &Fixture, transport: &dyn Transport) -> anyhow::Result<PublishReport> {
+    publish(
+        &f.repo,
+        transport,
+        &PublishOptions {
+            refs: vec![REF.into()],
+            gpg_key: Some(&f.key.fingerprint),
+            gpg_homedir: Some(f.key.home.path()),
+            deltas: 2,
+            delta_from_empty: false,
+            depth: 5,
+            force: false,
+            after_phase: &ok,
+        },
+        &Ui::plain(),
+    )
+}
+
+/// Files under `root` that are not 0644 (the web server must read them).
+fn unreadable_files(root: &Path) -> Vec<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    walkdir::WalkDir::new(root)
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_file() && e.file_name() != ".publish.lock")
+        .filter(|e| e.metadata().unwrap().permissions().mode() & 0o777 != 0o644)
+        .map(|e| e.into_path())
+        .collect()
+}
+
+#[test]
+fn ssh_publish_gives_a_remote_a_gpg_verifying_client_pulls_v1_then_v2_by_delta() {
+    let f = Fixture::new();
+    let sshd = Sshd::start(&f.dir.path().join("sshd"));
+    let www = f.dir.path().join("srv/www");
+    let ssh = SshDir::parse(&sshd.url(&www)).unwrap().with_config(&sshd.config);
+    let v1 = f.build(1, "2026.11.1");
+    let report = publish_through(&f, &ssh).unwrap();
+    assert!(report.objects_copied > 10, "{report:?}");
+    assert_eq!(report.destination, sshd.url(&www));
+    assert_eq!(temps(&www), Vec::<PathBuf>::new());
+    assert_eq!(unreadable_files(&www), Vec::<PathBuf>::new());
+    let server = StaticServer::start(&www);
+    // A client that verifies the summary's signature too, and a bare one
+    // (ostree uses static deltas only into bare repos).
+    let strict = strict_client(f.dir.path(), "strict", &server.url, &f.key.public);
+    let bare = client(f.dir.path(), "bare", "bare", &server.url, &f.key.public);
+    for arg in [&strict, &bare] {
+        run(&mut ostree(&["pull", arg, "origin", REF]));
+        assert_eq!(
+            run(&mut ostree(&["rev-parse", arg, &format!("origin:{REF}")])).trim(),
+            v1
+        );
+    }
+
+    let v2 = f.build(2, "2026.11.2");
+    let report = publish_through(&f, &ssh).unwrap();
+    assert_eq!(report.refs[0].deltas.len(), 1, "{report:?}");
+    server.reset();
+    run(&mut ostree(&["pull", &bare, "origin", REF]));
+    assert!(
+        server
+            .requests()
+            .iter()
+            .any(|(path, _)| path.starts_with("/deltas/")),
+        "the client did not use the delta: {:?}",
+        server.requests()
+    );
+    for arg in [&strict, &bare] {
+        run(&mut ostree(&["pull", arg, "origin", REF]));
+        assert_eq!(
+            run(&mut ostree(&["rev-parse", arg, &format!("origin:{REF}")])).trim(),
+            v2
+        );
+    }
+    // A third publish of the same commit changes nothing.
+    assert!(publish_through(&f, &ssh).unwrap().no_op);
+    run(&mut ostree(&["fsck", &format!("--repo={}", www.display())]));
+}
+
+#[test]
+fn ssh_publish_checks_the_host_key_and_refuses_planted_links() {
+    let f = Fixture::new();
+    let sshd = Sshd::start(&f.dir.path().join("sshd"));
+    f.build(1, "2026.11.1");
+    let www = f.dir.path().join("srv/www");
+
+    // A server whose host key is not the known one.
+    let real = std::fs::read_to_string(&sshd.known_hosts).unwrap();
+    std::fs::write(&sshd.known_hosts, "").unwrap();
+    let ssh = SshDir::parse(&sshd.url(&www)).unwrap().with_config(&sshd.config);
+    let err = format!("{:#}", publish_through(&f, &ssh).unwrap_err());
+    assert!(err.contains("Host key verification failed"), "{err}");
+    assert!(err.contains("known_hosts"), "{err}");
+    assert!(!www.exists(), "a refused host key still wrote");
+    std::fs::write(&sshd.known_hosts, real).unwrap();
+
+    // objects/ planted as a link out of the web root: nothing lands there.
+    let outside = f.dir.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::create_dir_all(&www).unwrap();
+    run(&mut ostree(&[
+        "init",
+        &format!("--repo={}", www.display()),
+        "--mode=archive",
+    ]));
+    std::fs::remove_dir_all(www.join("objects")).unwrap();
+    std::os::unix::fs::symlink(&outside, www.join("objects")).unwrap();
+    let err = format!("{:#}", publish_through(&f, &ssh).unwrap_err());
+    assert!(err.contains("symlink"), "{err}");
+    assert_eq!(
+        std::fs::read_dir(&outside).unwrap().count(),
+        0,
+        "a write followed the link"
+    );
+    assert!(!www.join("refs/heads").join(REF).exists());
+}
+
+/// Objects under the remote's objects/.
+fn object_count(remote: &Path) -> usize {
+    walkdir::WalkDir::new(remote.join("objects"))
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_file())
+        .count()
+}
+
+#[test]
+fn kill_9_of_an_ssh_publish_mid_objects_keeps_v1_pulling_and_a_rerun_completes() {
+    let f = Fixture::new();
+    let sshd = Sshd::start(&f.dir.path().join("sshd"));
+    let www = f.dir.path().join("srv/www");
+    let url = sshd.url(&www);
+    let v1 = f.build(1, "2026.11.1");
+    publish_through(&f, &SshDir::parse(&url).unwrap().with_config(&sshd.config)).unwrap();
+    // v2 brings 40 new files: 40 objects, each its own batch below.
+    let extra = tree(f.dir.path(), 2).join("usr/share/extra");
+    std::fs::create_dir_all(&extra).unwrap();
+    for i in 0..40 {
+        std::fs::write(extra.join(format!("f{i}")), format!("file {i}\n").repeat(100)).unwrap();
+    }
+    let v2 = f.build(2, "2026.11.2");
+    let before = object_count(&www);
+
+    let cli = || {
+        let mut cmd = Command::new(assert_cmd::cargo::cargo_bin("imgbuild"));
+        cmd.args(["publish", "--repo"])
+            .arg(&f.repo)
+            .args([
+                "--to",
+                &url,
+                "--ref",
+                REF,
+                "--gpg-key",
+                &f.key.fingerprint,
+                "--gpg-homedir",
+            ])
+            .arg(f.key.home.path())
+            .env("IMGBUILD_SSH_CONFIG", &sshd.config)
+            .env("IMGBUILD_SSH_BATCH_BYTES", "1");
+        cmd
+    };
+    let mut child = cli()
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while object_count(&www) == before {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the publish ended before any v2 object landed"
+        );
+        assert!(started.elapsed().as_secs() < 120, "no v2 object landed in 120 s");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let landed = object_count(&www) - before;
+    assert!(landed < 40, "the kill came after the objects ({landed} landed)");
+
+    let remote_repo = ost::open(&www).unwrap();
+    assert_eq!(
+        ost::resolve(&remote_repo, REF).unwrap().as_deref(),
+        Some(v1.as_str())
+    );
+    let server = StaticServer::start(&www);
+    let arg = strict_client(f.dir.path(), "client", &server.url, &f.key.public);
+    run(&mut ostree(&["pull", &arg, "origin", REF]));
+    assert_eq!(
+        run(&mut ostree(&["rev-parse", &arg, &format!("origin:{REF}")])).trim(),
+        v1
+    );
+
+    let out = cli().output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(temps(&www), Vec::<PathBuf>::new());
+    run(&mut ostree(&["pull", &arg, "origin", REF]));
+    assert_eq!(
+        run(&mut ostree(&["rev-parse", &arg, &format!("origin:{REF}")])).trim(),
+        v2
+    );
 }

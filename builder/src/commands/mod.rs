@@ -1,5 +1,6 @@
 //! Commands that are not pipeline stages.
 
+pub mod cache;
 pub mod config_medium;
 pub mod diff;
 pub mod publish;

@@ -49,6 +49,9 @@ pub struct FetchOptions {
     pub connect_timeout: Duration,
     /// Longest silence from the server before the attempt counts as failed.
     pub read_timeout: Duration,
+    /// Refuse a body longer than this (a remote cache entry's size): a
+    /// hostile server cannot fill the disk before the hash is checked.
+    pub max_bytes: Option<u64>,
 }
 
 impl Default for FetchOptions {
@@ -58,6 +61,7 @@ impl Default for FetchOptions {
             backoff: Duration::from_secs(2),
             connect_timeout: Duration::from_secs(30),
             read_timeout: Duration::from_secs(60),
+            max_bytes: None,
         }
     }
 }
@@ -95,7 +99,7 @@ fn cached_blob(cache: &Cache, sha256: &str, origin: &str, ui: &Ui) -> Result<Opt
     }
 }
 
-fn fetch_url(url: &str, sha256: &str, cache: &Cache, options: &FetchOptions, ui: &Ui) -> Result<Fetched> {
+pub fn fetch_url(url: &str, sha256: &str, cache: &Cache, options: &FetchOptions, ui: &Ui) -> Result<Fetched> {
     if let Some(cached) = cached_blob(cache, sha256, url, ui)? {
         return Ok(cached);
     }
@@ -108,7 +112,7 @@ fn fetch_url(url: &str, sha256: &str, cache: &Cache, options: &FetchOptions, ui:
         .context("creating the HTTP client")?;
     let mut wait = options.backoff;
     for attempt in 1..=options.attempts.max(1) {
-        match download_once(&client, url, cache, ui) {
+        match download_once(&client, url, options.max_bytes, cache, ui) {
             Ok((temp, actual, size)) => {
                 if actual != sha256 {
                     // `temp` is dropped here, which deletes the partial file.
@@ -157,6 +161,7 @@ enum Attempt {
 fn download_once(
     client: &reqwest::blocking::Client,
     url: &str,
+    max_bytes: Option<u64>,
     cache: &Cache,
     ui: &Ui,
 ) -> Result<(tempfile::NamedTempFile, String, u64), Attempt> {
@@ -175,6 +180,13 @@ fn download_once(
         });
     }
     let expected_len = response.content_length();
+    let limit = max_bytes.unwrap_or(u64::MAX);
+    if expected_len.is_some_and(|len| len > limit) {
+        return Err(Attempt::Permanent(anyhow::anyhow!(
+            "the server offers {} bytes, more than the {limit} expected",
+            expected_len.unwrap_or_default()
+        )));
+    }
     let temp = cache.temp_file().map_err(Attempt::Permanent)?;
     let file = temp
         .reopen()
@@ -182,10 +194,18 @@ fn download_once(
         .map_err(Attempt::Permanent)?;
     let bar = ui.bytes(expected_len, format!("downloading {}", short_name(url)));
     let mut writer = HashingWriter::new(BufWriter::with_capacity(1 << 20, file));
-    let copied = io::copy(&mut bar.wrap_read(response), &mut writer);
+    let copied = io::copy(
+        &mut bar.wrap_read(io::Read::take(response, limit.saturating_add(1))),
+        &mut writer,
+    );
     bar.finish_and_clear();
     copied.map_err(|e| Attempt::Transient(anyhow::Error::new(e).context("reading the response body")))?;
     let received = writer.written();
+    if received > limit {
+        return Err(Attempt::Permanent(anyhow::anyhow!(
+            "the server sent more than the {limit} bytes expected"
+        )));
+    }
     let (actual, buffered) = writer.finish();
     buffered
         .into_inner()

@@ -3,6 +3,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -596,4 +597,102 @@ pub fn ostree(args: &[&str]) -> Command {
     let mut cmd = Command::new("ostree");
     cmd.args(args);
     cmd
+}
+
+/// A real OpenSSH server on 127.0.0.1 with its own config, host key and
+/// port, accepting one client key; killed when dropped. `config` is an
+/// ssh_config for the client (`ssh -F`): the key, and a known_hosts holding
+/// this server's host key, so host key checking stays on.
+pub struct Sshd {
+    child: std::process::Child,
+    pub port: u16,
+    pub config: PathBuf,
+    pub known_hosts: PathBuf,
+    pub log: PathBuf,
+}
+
+impl Drop for Sshd {
+    /// The whole process group: sshd's per-connection children too.
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", "--", &format!("-{}", self.child.id())])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+impl Sshd {
+    pub fn start(dir: &Path) -> Sshd {
+        std::fs::create_dir_all(dir).unwrap();
+        for key in ["host_key", "client_key"] {
+            run(Command::new("ssh-keygen")
+                .args(["-q", "-t", "ed25519", "-N", "", "-C", key, "-f"])
+                .arg(dir.join(key)));
+        }
+        std::fs::copy(dir.join("client_key.pub"), dir.join("authorized_keys")).unwrap();
+        // sshd wants its privilege separation dir.
+        std::fs::create_dir_all("/run/sshd").unwrap();
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let config = dir.join("sshd_config");
+        std::fs::write(
+            &config,
+            format!(
+                "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host_key\nPidFile {d}/sshd.pid\n\
+                 AuthorizedKeysFile {d}/authorized_keys\nPasswordAuthentication no\n\
+                 KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nStrictModes no\n\
+                 UsePAM no\nLogLevel VERBOSE\n",
+                d = dir.display()
+            ),
+        )
+        .unwrap();
+        let log = dir.join("sshd.log");
+        let child = Command::new("/usr/sbin/sshd")
+            .args(["-D", "-e", "-f"])
+            .arg(&config)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .process_group(0)
+            .spawn()
+            .expect("sshd (Debian package openssh-server, installed by ci/setup)");
+        let host_key = std::fs::read_to_string(dir.join("host_key.pub")).unwrap();
+        let known_hosts = dir.join("known_hosts");
+        std::fs::write(&known_hosts, format!("[127.0.0.1]:{port} {host_key}")).unwrap();
+        let client = dir.join("ssh_config");
+        std::fs::write(
+            &client,
+            format!(
+                "Host 127.0.0.1\n  User root\n  IdentityFile {d}/client_key\n  IdentitiesOnly yes\n\
+                 UserKnownHostsFile {known}\n  StrictHostKeyChecking yes\n  LogLevel ERROR\n",
+                d = dir.display(),
+                known = known_hosts.display()
+            ),
+        )
+        .unwrap();
+        let started = std::time::Instant::now();
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(10),
+                "sshd did not listen on {port}: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Sshd {
+            child,
+            port,
+            config: client,
+            known_hosts,
+            log,
+        }
+    }
+
+    /// `ssh://root@127.0.0.1:PORT/PATH`.
+    pub fn url(&self, path: &Path) -> String {
+        format!("ssh://root@127.0.0.1:{}{}", self.port, path.display())
+    }
 }

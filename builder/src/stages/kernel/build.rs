@@ -12,7 +12,8 @@ use serde::{Deserialize, Serialize};
 use super::compiler::{describe_events, distcc_event};
 use super::config::KconfigOutput;
 use super::{MakeEnv, SourceTree};
-use crate::cache::{Cache, Placed, place_dir, write_file_atomic};
+use crate::cache::{Cache, Placed, place_dir, remote, write_file_atomic};
+use crate::io::extract::{ExtractOptions, extract_tarball};
 use crate::io::hashing::{sha256_file, sha256_hex};
 use crate::stage::Key;
 use crate::tool;
@@ -85,6 +86,9 @@ pub fn build(
     let digest = key.digest();
     let artifact_dir = cache.area("kernels")?.join(&digest);
     if let Some(output) = cached_kernel(&artifact_dir, &digest, ui) {
+        return Ok(output);
+    }
+    if let Some(output) = remote_kernel(cache, &artifact_dir, &digest, ui) {
         return Ok(output);
     }
     ui.note(format!("cache miss: building kernel (key {})", &digest[..16]));
@@ -206,6 +210,31 @@ fn cached_kernel(artifact_dir: &Path, digest: &str, ui: &Ui) -> Option<KernelOut
             None
         }
     }
+}
+
+/// The kernel from the cache remote, unpacked, checked as a cached one is
+/// and moved into the local cache; `None` (the reason logged) otherwise.
+fn remote_kernel(cache: &Cache, artifact_dir: &Path, digest: &str, ui: &Ui) -> Option<KernelOutput> {
+    remote::take(cache, remote::KERNELS, digest, ui, |archive| {
+        let staging = cache.temp_dir("remote-kernel-")?;
+        let unpacked = staging.path().join("kernel");
+        extract_tarball(archive, &unpacked, ExtractOptions::default(), ui)?;
+        read_artifact(&unpacked, digest).context("checking the downloaded kernel")?;
+        if let Err(e) = std::fs::rename(&unpacked, artifact_dir) {
+            // Another run may have placed the same kernel first.
+            read_artifact(artifact_dir, digest)
+                .map_err(|_| e)
+                .with_context(|| format!("moving the kernel to {}", artifact_dir.display()))?;
+        }
+        let mut output = read_artifact(artifact_dir, digest)?;
+        output.cached = true;
+        ui.note(format!(
+            "kernel {} from the cache remote (sha256 verified; make not run): {}",
+            output.release,
+            artifact_dir.display()
+        ));
+        Ok(output)
+    })
 }
 
 /// Reads and checks the kernel artifact in `dir`: its `build.json` is for

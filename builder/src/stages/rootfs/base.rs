@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::cache::Cache;
+use crate::cache::{Cache, remote};
 use crate::io::hashing::sha256_hex;
 use crate::recipe::{RootfsBase, syntax};
 use crate::stages::fetch::{self, FetchOptions};
@@ -100,6 +100,18 @@ pub fn obtain(
                     cached: true,
                 });
             }
+            let from_remote = remote::take(cache, remote::ROOTFS_BASE, &key, ui, |archive| {
+                place_downloaded(cache, archive, &path)
+            });
+            if from_remote.is_some() {
+                ui.note(format!("{origin}: from the cache remote (sha256 verified)"));
+                return Ok(BaseTarball {
+                    path,
+                    key,
+                    origin: format!("{origin}, from the cache remote"),
+                    cached: true,
+                });
+            }
             mmdebstrap(
                 suite,
                 variant,
@@ -118,6 +130,17 @@ pub fn obtain(
             })
         }
     }
+}
+
+/// Links a verified download to `dest` (same filesystem: the cache) through
+/// a temp name, so `dest` appears whole or not at all.
+fn place_downloaded(cache: &Cache, archive: &Path, dest: &Path) -> Result<()> {
+    let temp = cache.temp_dir("remote-rootfs-")?;
+    let staged = temp.path().join("base.tar");
+    std::fs::hard_link(archive, &staged)
+        .or_else(|_| std::fs::copy(archive, &staged).map(|_| ()))
+        .with_context(|| format!("staging {}", archive.display()))?;
+    std::fs::rename(&staged, dest).with_context(|| format!("moving it to {}", dest.display()))
 }
 
 /// Refuses what would not be a suite, a package or a mirror on mmdebstrap's

@@ -23,6 +23,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::io::hashing::{sha256_file, sha256_hex};
 
+pub mod admin;
+pub mod remote;
+
 /// Blobs up to this size are re-hashed before every use; larger ones when
 /// their stat memo no longer matches.
 pub const REHASH_BLOBS_UP_TO: u64 = 64 << 20;
@@ -31,6 +34,8 @@ pub const REHASH_BLOBS_UP_TO: u64 = 64 << 20;
 pub struct Cache {
     root: PathBuf,
     rehash_up_to: u64,
+    /// Where stages look for an artifact before building it.
+    remote: Option<remote::RemoteCache>,
 }
 
 /// What [`Cache::lookup_blob`] found.
@@ -86,7 +91,18 @@ impl Cache {
         Ok(Cache {
             root,
             rehash_up_to: REHASH_BLOBS_UP_TO,
+            remote: None,
         })
+    }
+
+    /// Stages look artifacts up on `remote` before building them.
+    pub fn with_remote(mut self, remote: Option<remote::RemoteCache>) -> Cache {
+        self.remote = remote;
+        self
+    }
+
+    pub fn remote(&self) -> Option<&remote::RemoteCache> {
+        self.remote.as_ref()
     }
 
     /// Sets the size up to which blobs are re-hashed before every use.
@@ -204,7 +220,7 @@ impl Cache {
         Ok(dir)
     }
 
-    fn index_path(&self, kind: &str, key: &str) -> PathBuf {
+    pub(crate) fn index_path(&self, kind: &str, key: &str) -> PathBuf {
         self.root
             .join("index")
             .join(format!("{kind}-{}.json", &sha256_hex(key)[..32]))
