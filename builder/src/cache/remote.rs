@@ -189,6 +189,9 @@ impl RemoteCache {
             fetch::fetch_url(archive_url.as_str(), &entry.sha256, cache, &options, ui)?
         };
         if fetched.size != entry.size {
+            if !fetched.cached {
+                let _ = std::fs::remove_file(&fetched.path);
+            }
             bail!(
                 "{archive_url} has {} bytes, its entry says {}",
                 fetched.size,

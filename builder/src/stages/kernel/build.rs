@@ -13,7 +13,7 @@ use super::compiler::{describe_events, distcc_event};
 use super::config::KconfigOutput;
 use super::{MakeEnv, SourceTree};
 use crate::cache::{Cache, Placed, place_dir, remote, write_file_atomic};
-use crate::io::extract::{ExtractOptions, extract_tarball};
+use crate::io::extract::{ExtractOptions, extract_reader};
 use crate::io::hashing::{sha256_file, sha256_hex};
 use crate::stage::Key;
 use crate::tool;
@@ -218,7 +218,11 @@ fn remote_kernel(cache: &Cache, artifact_dir: &Path, digest: &str, ui: &Ui) -> O
     remote::take(cache, remote::KERNELS, digest, ui, |archive| {
         let staging = cache.temp_dir("remote-kernel-")?;
         let unpacked = staging.path().join("kernel");
-        extract_tarball(archive, &unpacked, ExtractOptions::default(), ui)?;
+        // `cache push` writes a plain tar: no decompressor runs on what a
+        // remote sends.
+        let file = std::fs::File::open(archive).with_context(|| format!("opening {}", archive.display()))?;
+        extract_reader(file, &unpacked, ExtractOptions::default())
+            .with_context(|| format!("unpacking {}", archive.display()))?;
         read_artifact(&unpacked, digest).context("checking the downloaded kernel")?;
         if let Err(e) = std::fs::rename(&unpacked, artifact_dir) {
             // Another run may have placed the same kernel first.
