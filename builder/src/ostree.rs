@@ -43,14 +43,19 @@ fn to_vardict(metadata: &Metadata) -> glib::Variant {
 
 /// Opens the repo at `path`, creating an `archive` repo when none exists.
 pub fn open_or_create(path: &Path) -> Result<ostree::Repo> {
+    open_or_create_with_mode(path, ostree::RepoMode::Archive)
+}
+
+/// Opens the repo at `path`, creating one in `mode` when none exists.
+pub fn open_or_create_with_mode(path: &Path, mode: ostree::RepoMode) -> Result<ostree::Repo> {
     let repo = ostree::Repo::new_for_path(path);
     if path.join("config").is_file() {
         repo.open(gio::Cancellable::NONE)
             .with_context(|| format!("opening ostree repo {}", path.display()))?;
     } else {
         std::fs::create_dir_all(path).with_context(|| format!("creating {}", path.display()))?;
-        repo.create(ostree::RepoMode::Archive, gio::Cancellable::NONE)
-            .with_context(|| format!("creating archive ostree repo {}", path.display()))?;
+        repo.create(mode, gio::Cancellable::NONE)
+            .with_context(|| format!("creating {mode:?} ostree repo {}", path.display()))?;
     }
     Ok(repo)
 }
@@ -75,6 +80,9 @@ pub struct WriteStats {
     pub metadata_objects_total: usize,
     pub metadata_objects_written: usize,
     pub content_bytes_written: u64,
+    /// Files taken by (device, inode) from a hardlinked checkout, not read.
+    #[serde(default)]
+    pub devino_cache_hits: usize,
 }
 
 pub struct CommitRequest<'a> {
@@ -91,6 +99,29 @@ pub struct CommitRequest<'a> {
     pub cancellable: Option<gio::Cancellable>,
     /// Called with the running count of files and directories written.
     pub on_entry: Option<Box<dyn Fn(usize)>>,
+    /// The tree is a hardlink checkout of this (bare) repo, in which every
+    /// write broke the link first ([`crate::io::root::ImageRoot`] does): a
+    /// file still linked to an object is taken by its (device, inode) as
+    /// that object, without being read again.
+    pub hardlinked: bool,
+    /// Move the tree's files into the repo instead of copying them; the
+    /// tree is consumed (an import from a scratch directory).
+    pub consume: bool,
+    /// The repo holding `parent`, when it is not this one.
+    pub parent_repo: Option<&'a ostree::Repo>,
+}
+
+/// The commit modifier flags of a request: xattrs are skipped so the
+/// checksum depends only on the tree itself.
+fn modifier_flags(request: &CommitRequest) -> ostree::RepoCommitModifierFlags {
+    let mut flags = ostree::RepoCommitModifierFlags::SKIP_XATTRS;
+    if request.hardlinked {
+        flags |= ostree::RepoCommitModifierFlags::DEVINO_CANONICAL;
+    }
+    if request.consume {
+        flags |= ostree::RepoCommitModifierFlags::CONSUME;
+    }
+    flags
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -111,13 +142,20 @@ pub fn commit_tree(repo: &ostree::Repo, request: CommitRequest) -> Result<Commit
     let transaction = repo
         .auto_transaction(Some(&cancellable))
         .context("starting an ostree transaction")?;
+    if request.hardlinked {
+        // The (device, inode) of every loose object: one fstatat each. The
+        // map is rebuilt here rather than carried from the checkout, so a
+        // commit in a later run than the checkout is still fast.
+        repo.scan_hardlinks(Some(&cancellable))
+            .context("scanning the repo's objects for hardlinks")?;
+    }
     let entries = std::rc::Rc::new(std::cell::Cell::new(0usize));
     let seen = entries.clone();
     let force_root = request.force_root_owner;
+    let flags = modifier_flags(&request);
     let on_entry = request.on_entry;
     let modifier = ostree::RepoCommitModifier::new(
-        // xattrs are skipped so the checksum depends only on the tree itself.
-        ostree::RepoCommitModifierFlags::SKIP_XATTRS,
+        flags,
         Some(Box::new(
             move |_repo: &ostree::Repo, _path: &str, info: &gio::FileInfo| {
                 seen.set(seen.get() + 1);
@@ -148,7 +186,7 @@ pub fn commit_tree(repo: &ostree::Repo, request: CommitRequest) -> Result<Commit
     let metadata = to_vardict(request.metadata);
 
     let reuse = match request.parent {
-        Some(parent) => same_commit_content(repo, parent, &root, &metadata)?,
+        Some(parent) => same_commit_content(request.parent_repo.unwrap_or(repo), parent, &root, &metadata)?,
         None => false,
     };
     let checksum = if reuse {
@@ -179,6 +217,47 @@ pub fn commit_tree(repo: &ostree::Repo, request: CommitRequest) -> Result<Commit
     })
 }
 
+/// Checks `commit` out to `dest` (which must not exist) with every file a
+/// hardlink to its object, as a `bare` or `bare-user` repo allows. Empty
+/// files are copied, so no object reaches the filesystem's link limit; a
+/// file that cannot be linked is copied, which a later commit reads again.
+pub fn checkout_hardlinked(repo: &ostree::Repo, commit: &str, dest: &Path) -> Result<()> {
+    let mode = match repo.mode() {
+        ostree::RepoMode::BareUser => ostree::RepoCheckoutMode::User,
+        ostree::RepoMode::Bare => ostree::RepoCheckoutMode::None,
+        other => bail!("a hardlink checkout needs a bare or bare-user repo, not {other:?}"),
+    };
+    let options = ostree::RepoCheckoutAtOptions {
+        mode,
+        force_copy_zerosized: true,
+        ..Default::default()
+    };
+    repo.checkout_at(
+        Some(&options),
+        libc::AT_FDCWD,
+        dest,
+        commit,
+        gio::Cancellable::NONE,
+    )
+    .with_context(|| format!("checking out {commit} to {}", dest.display()))
+}
+
+/// Copies `checksum` (a commit and what it references) from the local repo
+/// at `source` into `repo`. Every object copied is checksummed again on the
+/// way in; objects `repo` already has are not read.
+pub fn pull_local(repo: &ostree::Repo, source: &Path, checksum: &str) -> Result<()> {
+    let options = glib::VariantDict::new(None);
+    options.insert_value("refs", &vec![checksum.to_string()].to_variant());
+    options.insert_value(
+        "flags",
+        &(ostree::RepoPullFlags::UNTRUSTED.bits() as i32).to_variant(),
+    );
+    options.insert_value("gpg-verify", &false.to_variant());
+    let url = format!("file://{}", std::path::absolute(source)?.display());
+    repo.pull_with_options(&url, &options.end(), None, gio::Cancellable::NONE)
+        .with_context(|| format!("copying commit {checksum} from {}", source.display()))
+}
+
 fn stats_of(stats: ostree::RepoTransactionStats) -> WriteStats {
     WriteStats {
         content_objects_total: stats.get_content_objects_total(),
@@ -186,6 +265,7 @@ fn stats_of(stats: ostree::RepoTransactionStats) -> WriteStats {
         metadata_objects_total: stats.get_metadata_objects_total(),
         metadata_objects_written: stats.get_metadata_objects_written(),
         content_bytes_written: stats.get_content_bytes_written(),
+        devino_cache_hits: stats.get_devino_cache_hits(),
     }
 }
 

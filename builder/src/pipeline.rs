@@ -440,8 +440,10 @@ fn stage_rootfs(ctx: &Context, report: &mut PipelineReport, kernel: &KernelOutpu
                 flavor: recipe.flavor.to_string(),
                 kernel_release: kernel.release.clone(),
             };
+            let build_repo = rootfs::base_commit::build_repo_path(&ctx.work_dir);
             let inputs = ComposeInputs {
                 base_tarball: &base.path,
+                build_repo: Some(&build_repo),
                 kernel: &kernel_files,
                 overlays: &recipe.rootfs.overlays,
                 kargs: &recipe.kernel.cmdline,
@@ -532,8 +534,10 @@ fn stage_commit(
     };
     ctx.run(report, Stage::Commit)?.cached(&key, present, |_| {
         let subject = format!("{} {} ({})", recipe.name, recipe.version, recipe.flavor);
-        let mut out = commit::commit(
+        let build_repo = rootfs::base_commit::build_repo_path(&ctx.work_dir);
+        let mut out = commit::commit_with(
             &repo,
+            Some(build_repo.as_path()).filter(|p| p.join("config").is_file()),
             &recipe.ostree.ref_name,
             &rootfs.tree,
             &metadata,

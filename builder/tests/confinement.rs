@@ -124,6 +124,7 @@ fn compose_on_a_hostile_base_never_touches_the_host() {
     let result = compose(
         &ComposeInputs {
             base_tarball: &tarball,
+            build_repo: None,
             kernel: &kernel,
             overlays: std::slice::from_ref(&overlay),
             kargs: &["quiet".to_string()],

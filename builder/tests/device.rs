@@ -134,6 +134,9 @@ fn commit_build(repo: &Path, ref_name: &str, build: &Build, key: Option<&GpgKey>
             force_root_owner: false,
             cancellable: None,
             on_entry: None,
+            hardlinked: false,
+            consume: false,
+            parent_repo: None,
         },
     )
     .unwrap();

@@ -187,6 +187,9 @@ fn aborted_transaction_leaves_ref_and_repo_intact() {
                     trigger.cancel();
                 }
             })),
+            hardlinked: false,
+            consume: false,
+            parent_repo: None,
         },
     )
     .unwrap_err();
@@ -392,6 +395,9 @@ fn handmade_commit(
             force_root_owner: true,
             cancellable: None,
             on_entry: None,
+            hardlinked: false,
+            consume: false,
+            parent_repo: None,
         },
     )
     .unwrap();

@@ -383,6 +383,12 @@ fn device_pulls_verifies_deploys_upgrades_by_delta_and_rolls_back() {
         "{:?}",
         report.refs[0]
     );
+    let phases: Vec<&str> = report.phase_seconds.iter().map(|p| p.phase.as_str()).collect();
+    assert_eq!(
+        phases,
+        ["plan", "objects", "static deltas", "records", "refs", "summary"]
+    );
+    run(&mut ostree(&["fsck", &format!("--repo={}", remote.display())]));
 
     server.reset();
     let upgraded = device.admin(&["upgrade", "--os=emberrtos"]);

@@ -24,11 +24,25 @@ pub fn composed(dir: &Path) -> imgbuild::stages::rootfs::RootfsOutput {
     let tarball = dir.join("base.tar");
     synthetic_rootfs_tarball(&tarball);
     let kernel = debian_kernel_files("rt", dir);
-    let overlays = [
+    compose_in(dir, "stage", &tarball, &kernel, None, &[])
+}
+
+/// Composes the base `tarball` in `<dir>/<stage>`, through `build_repo`
+/// when given, with the project's overlays and then `extra_overlays`.
+fn compose_in(
+    dir: &Path,
+    stage: &str,
+    tarball: &Path,
+    kernel: &imgbuild::stages::rootfs::KernelFiles,
+    build_repo: Option<&Path>,
+    extra_overlays: &[PathBuf],
+) -> imgbuild::stages::rootfs::RootfsOutput {
+    let mut overlays = vec![
         repo_root().join("overlays/base"),
         repo_root().join("overlays/device"),
         repo_root().join("overlays/rt-tuning"),
     ];
+    overlays.extend_from_slice(extra_overlays);
     let kargs = vec![
         "isolcpus=managed_irq,domain,1-3".to_string(),
         "nohz_full=1-3".to_string(),
@@ -39,12 +53,13 @@ pub fn composed(dir: &Path) -> imgbuild::stages::rootfs::RootfsOutput {
         flavor: "rt".into(),
         kernel_release: kernel.release.clone(),
     };
-    let stage = dir.join("stage");
+    let stage = dir.join(stage);
     std::fs::create_dir_all(&stage).unwrap();
     compose(
         &ComposeInputs {
-            base_tarball: &tarball,
-            kernel: &kernel,
+            base_tarball: tarball,
+            build_repo,
+            kernel,
             overlays: &overlays,
             kargs: &kargs,
             info: &info,
@@ -396,4 +411,118 @@ fn device_overlay_leaves_grub_only_the_header_and_ostree() {
     for setting in ["GRUB_TIMEOUT=1", "GRUB_DEFAULT=0", "GRUB_DISABLE_OS_PROBER=true"] {
         assert!(default.lines().any(|l| l == setting), "{setting}");
     }
+}
+
+/// An overlay that replaces two files of the base (one of them setuid-free
+/// now, one made private by `overlay.attrs`).
+fn replacing_overlay(dir: &Path) -> PathBuf {
+    let overlay = dir.join("replacing-overlay");
+    std::fs::create_dir_all(overlay.join("etc")).unwrap();
+    std::fs::create_dir_all(overlay.join("usr/bin")).unwrap();
+    std::fs::write(overlay.join("etc/passwd"), "root:x:0:0:root:/root:/bin/bash\n").unwrap();
+    std::fs::write(overlay.join("usr/bin/su"), "replaced").unwrap();
+    std::fs::write(overlay.join("overlay.attrs"), "/etc/passwd 0600 0:0\n").unwrap();
+    overlay
+}
+
+fn commit_of(repo: &Path, build_repo: Option<&Path>, tree: &Path) -> imgbuild::stages::commit::CommitOutput {
+    let metadata = imgbuild::ostree::Metadata::new();
+    imgbuild::stages::commit::commit_with(
+        repo,
+        build_repo,
+        "emberrtos/rt",
+        tree,
+        &metadata,
+        "t",
+        1_764_460_800,
+    )
+    .unwrap()
+}
+
+fn ostree_cat(repo: &Path, rev: &str, path: &str) -> Vec<u8> {
+    common::run(&mut common::ostree(&[
+        "cat",
+        &format!("--repo={}", repo.display()),
+        rev,
+        path,
+    ]))
+    .into_bytes()
+}
+
+/// The fast path (the base imported once into the build repo, checked out
+/// with hardlinks, committed by inode) against extracting the tarball every
+/// time: the same commit, cold and warm, and the repo's objects untouched
+/// by the overlay's writes and by a later chmod through the tree.
+#[test]
+#[cfg_attr(
+    not(feature = "fixtures"),
+    ignore = "needs Debian kernel packages (ci/fetch-fixtures): --features imgbuild/fixtures"
+)]
+fn the_build_repo_gives_the_same_commit_and_writes_leave_its_objects_intact() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let tarball = dir.join("base.tar");
+    synthetic_rootfs_tarball(&tarball);
+    let kernel = debian_kernel_files("rt", dir);
+    let extra = [replacing_overlay(dir)];
+    let build_repo = dir.join("build-repo");
+
+    let extracted = compose_in(dir, "extracted", &tarball, &kernel, None, &extra);
+    let expected = commit_of(&dir.join("repo-extracted"), None, &extracted.tree).checksum;
+
+    let cold = compose_in(dir, "fast", &tarball, &kernel, Some(&build_repo), &extra);
+    let base_ref = imgbuild::stages::rootfs::base_commit::base_ref(&tarball).unwrap();
+    let base = imgbuild::ostree::resolve(&imgbuild::ostree::open(&build_repo).unwrap(), &base_ref)
+        .unwrap()
+        .expect("the cold run imported the base");
+    let fast_repo = dir.join("repo-fast");
+    assert_eq!(
+        commit_of(&fast_repo, Some(&build_repo), &cold.tree).checksum,
+        expected
+    );
+
+    let warm = compose_in(dir, "fast", &tarball, &kernel, Some(&build_repo), &extra);
+    let passwd = warm.tree.join("usr/etc/passwd");
+    assert_eq!(std::fs::metadata(&passwd).unwrap().mode() & 0o7777, 0o600);
+    let shadow = warm.tree.join("usr/etc/shadow");
+    assert!(
+        std::fs::metadata(&shadow).unwrap().nlink() >= 2,
+        "the base's files are not hardlinked to the build repo's objects"
+    );
+    let warm_commit = commit_of(&dir.join("repo-warm"), Some(&build_repo), &warm.tree);
+    assert_eq!(warm_commit.checksum, expected);
+    assert!(
+        warm_commit.stats.devino_cache_hits >= 5,
+        "the base's files were read again: {:?}",
+        warm_commit.stats
+    );
+
+    // A later write through the tree: the object keeps its mode.
+    let root = imgbuild::io::root::ImageRoot::open(&warm.tree).unwrap();
+    root.set_mode(Path::new("usr/etc/shadow"), 0o600).unwrap();
+    let changed = commit_of(&dir.join("repo-warm"), Some(&build_repo), &warm.tree);
+    assert_ne!(changed.checksum, expected);
+
+    for repo in [&build_repo, &fast_repo, &dir.join("repo-warm")] {
+        common::run(&mut common::ostree(&[
+            "fsck",
+            &format!("--repo={}", repo.display()),
+        ]));
+    }
+    assert_eq!(
+        ostree_cat(&build_repo, &base, "/etc/passwd"),
+        b"root:x:0:0:root:/root:/bin/sh\n"
+    );
+    assert_eq!(
+        ostree_cat(&build_repo, &base, "/usr/bin/su"),
+        b"\x7fELF setuid stand-in"
+    );
+    let su = common::run(&mut common::ostree(&[
+        "ls",
+        &format!("--repo={}", build_repo.display()),
+        &base,
+        "/usr/bin/su",
+        "/etc/shadow",
+    ]));
+    assert!(su.contains("-04755 0 0") && su.contains("-00640 0 0"), "{su}");
 }

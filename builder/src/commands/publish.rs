@@ -97,6 +97,35 @@ pub struct PublishReport {
     pub stale_temps_removed: usize,
     /// True when the remote already had everything.
     pub no_op: bool,
+    /// Seconds each phase took, in order (`plan` covers reading the remote,
+    /// signing and reading the records).
+    #[serde(default)]
+    pub phase_seconds: Vec<PhaseTime>,
+}
+
+/// How long one publish phase took.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct PhaseTime {
+    pub phase: String,
+    pub seconds: f64,
+}
+
+/// Times the phases of a publish into its report.
+struct PhaseClock(std::time::Instant);
+
+impl PhaseClock {
+    fn start() -> PhaseClock {
+        PhaseClock(std::time::Instant::now())
+    }
+
+    /// Records the time since the last lap as `phase`'s.
+    fn lap(&mut self, report: &mut PublishReport, phase: &str) {
+        report.phase_seconds.push(PhaseTime {
+            phase: phase.to_string(),
+            seconds: self.0.elapsed().as_secs_f64(),
+        });
+        self.0 = std::time::Instant::now();
+    }
 }
 
 /// A version that is not a valid Debian version.
@@ -272,6 +301,7 @@ pub fn publish(
             report.stale_temps_removed
         ));
     }
+    let mut clock = PhaseClock::start();
     let plans = refs
         .iter()
         .map(|ref_name| plan_ref(&repo, source, transport, ref_name, options, ui))
@@ -280,40 +310,51 @@ pub fn publish(
     // Read before anything is copied: a repo that holds a planted link
     // fails here, with the remote untouched.
     let records = read_records(source, &plans)?;
+    clock.lap(&mut report, "plan");
 
     if served_already(transport, &plans)? {
         // Records added since the commits went out still go.
         copy_records(transport, &records, ui, &mut report)?;
-        return finish_served(source, &repo, transport, &plans, options, ui, report);
+        let report = finish_served(source, &repo, transport, &plans, options, ui, report)?;
+        return Ok(report);
     }
     ui.step("publish", format!("objects to {}", transport.describe()));
     copy_objects(&repo, source, transport, &plans, &mut report)?;
-    transport.flush()?;
-    (options.after_phase)(Phase::Objects)?;
+    end_phase(transport, options, Phase::Objects, &mut clock, &mut report)?;
 
     ui.step("publish", "static deltas");
     report.refs = plans
         .iter()
         .map(|plan| copy_deltas(&repo, source, transport, plan, options, ui, &mut report))
         .collect::<Result<Vec<_>>>()?;
-    transport.flush()?;
-    (options.after_phase)(Phase::Deltas)?;
+    end_phase(transport, options, Phase::Deltas, &mut clock, &mut report)?;
 
     ui.step("publish", "records");
     copy_records(transport, &records, ui, &mut report)?;
-    transport.flush()?;
-    (options.after_phase)(Phase::Records)?;
+    end_phase(transport, options, Phase::Records, &mut clock, &mut report)?;
 
     ui.step("publish", "refs");
     move_refs(transport, &plans, ui)?;
-    transport.flush()?;
-    (options.after_phase)(Phase::Refs)?;
+    end_phase(transport, options, Phase::Refs, &mut clock, &mut report)?;
 
     ui.step("publish", "summary");
     publish_summary(&repo, transport, options)?;
-    transport.flush()?;
-    (options.after_phase)(Phase::Summary)?;
+    end_phase(transport, options, Phase::Summary, &mut clock, &mut report)?;
     Ok(report)
+}
+
+/// Ends a phase: what it wrote is flushed to the destination, its time is
+/// recorded, and the caller's hook may stop the publish there.
+fn end_phase(
+    transport: &dyn Transport,
+    options: &PublishOptions,
+    phase: Phase,
+    clock: &mut PhaseClock,
+    report: &mut PublishReport,
+) -> Result<()> {
+    transport.flush()?;
+    clock.lap(report, &phase.to_string());
+    (options.after_phase)(phase)
 }
 
 /// The refs named, or every ref of the repo.
@@ -556,7 +597,8 @@ fn delta_sources(plan: &Plan, deltas: usize, from_empty: bool) -> Vec<Option<Str
     sources
 }
 
-/// Deltas phase for one ref: a static delta to the tip from each source.
+/// Deltas phase for one ref: a static delta to the tip from each source,
+/// generated in parallel, then copied one by one.
 fn copy_deltas(
     repo: &ostree::Repo,
     source: &Path,
@@ -567,12 +609,27 @@ fn copy_deltas(
     report: &mut PublishReport,
 ) -> Result<PublishedRef> {
     let mut entry = plan.entry();
+    let mut to_generate = Vec::new();
     for from in delta_sources(plan, options.deltas, options.delta_from_empty) {
         let delta = Delta {
-            from: from.as_deref(),
-            to: &plan.commit,
+            from,
+            to: plan.commit.clone(),
         };
-        match copy_delta(repo, source, transport, &delta, ui, report)? {
+        if transport.exists(&delta_dir(delta.from.as_deref(), &delta.to)?.join("superblock"))? {
+            entry.deltas.push(delta.name());
+        } else if let Some(f) = &delta.from
+            && ost::resolve(repo, f)?.is_none()
+        {
+            entry
+                .skipped_deltas
+                .push(format!("{}: {f} is not in the local repo", delta.name()));
+        } else {
+            to_generate.push(delta);
+        }
+    }
+    generate_deltas(source, &to_generate)?;
+    for delta in &to_generate {
+        match copy_delta(repo, source, transport, delta, ui, report)? {
             DeltaOutcome::Published => entry.deltas.push(delta.name()),
             DeltaOutcome::Skipped(why) => entry.skipped_deltas.push(format!("{}: {why}", delta.name())),
         }
@@ -580,18 +637,65 @@ fn copy_deltas(
     Ok(entry)
 }
 
-struct Delta<'a> {
-    from: Option<&'a str>,
-    to: &'a str,
+struct Delta {
+    from: Option<String>,
+    to: String,
 }
 
-impl Delta<'_> {
+impl Delta {
     fn name(&self) -> String {
-        match self.from {
+        match &self.from {
             Some(f) => format!("{}-{}", &f[..12], &self.to[..12]),
             None => format!("empty-{}", &self.to[..12]),
         }
     }
+
+    /// Generates the delta in the local repo at `source`.
+    fn generate(&self, repo: &ostree::Repo) -> Result<()> {
+        // bsdiff pays off between commits; from nothing it only costs time.
+        let opt = if self.from.is_some() {
+            ostree::StaticDeltaGenerateOpt::Major
+        } else {
+            ostree::StaticDeltaGenerateOpt::Lowlatency
+        };
+        repo.static_delta_generate(
+            opt,
+            self.from.as_deref(),
+            &self.to,
+            None,
+            Some(&delta_params()),
+            gio::Cancellable::NONE,
+        )
+        .with_context(|| format!("generating static delta {}", self.name()))
+    }
+}
+
+/// Generates `deltas` in the local repo, one thread per core, each with its
+/// own handle on the repo (each delta is written to its own directory).
+fn generate_deltas(source: &Path, deltas: &[Delta]) -> Result<()> {
+    let workers = std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .min(deltas.len());
+    if workers == 0 {
+        return Ok(());
+    }
+    let per_worker = deltas.len().div_ceil(workers);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = deltas
+            .chunks(per_worker)
+            .map(|chunk| {
+                scope.spawn(move || -> Result<()> {
+                    let repo = ost::open(source)?;
+                    chunk.iter().try_for_each(|delta| delta.generate(&repo))
+                })
+            })
+            .collect();
+        handles.into_iter().try_for_each(|handle| {
+            handle
+                .join()
+                .map_err(|_| anyhow::anyhow!("a static delta worker panicked"))?
+        })
+    })
 }
 
 enum DeltaOutcome {
@@ -599,8 +703,8 @@ enum DeltaOutcome {
     Skipped(String),
 }
 
-/// Generates one delta locally and copies it, parts before the superblock
-/// (which makes it visible); skips it when it would not save bytes.
+/// Copies one generated delta, parts before the superblock (which makes it
+/// visible); skips it when it would not save bytes.
 fn copy_delta(
     repo: &ostree::Repo,
     source: &Path,
@@ -610,33 +714,10 @@ fn copy_delta(
     report: &mut PublishReport,
 ) -> Result<DeltaOutcome> {
     let name = delta.name();
-    let rel = delta_dir(delta.from, delta.to)?;
-    if transport.exists(&rel.join("superblock"))? {
-        return Ok(DeltaOutcome::Published);
-    }
-    if let Some(f) = delta.from
-        && ost::resolve(repo, f)?.is_none()
-    {
-        return Ok(DeltaOutcome::Skipped(format!("{f} is not in the local repo")));
-    }
-    // bsdiff pays off between commits; from nothing it only costs time.
-    let opt = if delta.from.is_some() {
-        ostree::StaticDeltaGenerateOpt::Major
-    } else {
-        ostree::StaticDeltaGenerateOpt::Lowlatency
-    };
-    repo.static_delta_generate(
-        opt,
-        delta.from,
-        delta.to,
-        None,
-        Some(&delta_params()),
-        gio::Cancellable::NONE,
-    )
-    .with_context(|| format!("generating static delta {name}"))?;
+    let rel = delta_dir(delta.from.as_deref(), &delta.to)?;
     let local_dir = source.join(&rel);
     let delta_bytes = crate::io::root::tree_size(&local_dir)?.0;
-    let object_bytes = objects_bytes(repo, source, delta.from, delta.to)?;
+    let object_bytes = objects_bytes(repo, source, delta.from.as_deref(), &delta.to)?;
     if delta_bytes >= object_bytes {
         ui.note(format!(
             "skipped delta {name}: {delta_bytes} bytes would not save over {object_bytes} bytes of objects"

@@ -160,6 +160,7 @@ impl ImageRoot {
     /// environment block on a FAT ESP is written by GRUB the same way).
     pub fn overwrite_in_place(&self, rel: &Path, data: &[u8]) -> Result<()> {
         use std::os::unix::fs::FileExt;
+        self.break_hardlink(rel)?;
         let file = self
             .root
             .resolve(relative(rel))
@@ -194,7 +195,7 @@ impl ImageRoot {
         rel: &Path,
         sync: bool,
     ) -> Result<PathBuf> {
-        let temp = parent.join(format!(".imgbuild-{}-{}", std::process::id(), unique()));
+        let temp = parent.join(temp_name());
         let flags = OpenFlags::O_WRONLY | OpenFlags::O_EXCL | OpenFlags::O_CLOEXEC;
         let mut file = self
             .root
@@ -375,8 +376,58 @@ impl ImageRoot {
         Ok(done)
     }
 
-    /// Sets the owner and, unless it is a symlink, the mode of `rel` itself.
+    /// Gives `rel` an inode of its own when it shares one (a hardlink
+    /// checkout shares every file with an object of the build repo): a copy
+    /// with the same bytes, target, mode and owner is renamed over it. Every
+    /// write that changes an existing inode calls this first, so nothing
+    /// done to the tree reaches another name of the file.
+    pub fn break_hardlink(&self, rel: &Path) -> Result<()> {
+        let Some(meta) = self.symlink_metadata(rel)? else {
+            return Ok(());
+        };
+        if meta.nlink() < 2 || meta.is_dir() {
+            return Ok(());
+        }
+        let (parent, _) = split_parent(rel)?;
+        let temp = if meta.file_type().is_symlink() {
+            let temp = parent.join(temp_name());
+            self.root
+                .create(&temp, &InodeType::Symlink(self.read_link(rel)?))
+                .with_context(|| self.err("copying symlink", rel))?;
+            temp
+        } else {
+            let mut source = self.open_regular_nofollow(rel)?;
+            self.write_temp(&parent, &mut source, meta.mode() & 0o7777, rel, false)?
+        };
+        self.set_attr(&temp, meta.mode() & 0o7777, meta.uid(), meta.gid())
+            .and_then(|()| self.rename(&temp, &relative(rel)))
+            .inspect_err(|_| {
+                let _ = self.root.remove_file(&temp);
+            })
+            .with_context(|| self.err("breaking the hardlink of", rel))
+    }
+
+    /// Opens the regular file `rel` itself for reading (a symlink at the
+    /// last component is not followed).
+    fn open_regular_nofollow(&self, rel: &Path) -> Result<File> {
+        self.root
+            .resolve_nofollow(relative(rel))
+            .and_then(|handle| handle.reopen(OpenFlags::O_RDONLY | OpenFlags::O_CLOEXEC))
+            .with_context(|| self.err("opening", rel))
+    }
+
+    /// Sets the owner and, unless it is a symlink, the mode of `rel` itself
+    /// (a hardlink is broken first; nothing is done when both already hold).
     pub fn set_attr(&self, rel: &Path, mode: u32, uid: u32, gid: u32) -> Result<()> {
+        let current = self
+            .symlink_metadata(rel)?
+            .with_context(|| self.err("no such path:", rel))?;
+        let is_link = current.file_type().is_symlink();
+        let mode_holds = is_link || current.mode() & 0o7777 == mode;
+        if mode_holds && current.uid() == uid && current.gid() == gid {
+            return Ok(());
+        }
+        self.break_hardlink(rel)?;
         let handle = self
             .root
             .resolve_nofollow(relative(rel))
@@ -389,10 +440,6 @@ impl ImageRoot {
             return Err(std::io::Error::last_os_error())
                 .with_context(|| self.err("setting the owner of", rel));
         }
-        let is_link = File::from(handle.try_clone()?.as_fd().try_clone_to_owned()?)
-            .metadata()?
-            .file_type()
-            .is_symlink();
         if !is_link {
             // chmod through the already-resolved descriptor: no path lookup again.
             std::fs::set_permissions(format!("/proc/self/fd/{fd}"), Permissions::from_mode(mode))
@@ -507,6 +554,11 @@ fn is_missing(kind: pathrs::error::ErrorKind) -> bool {
     matches!(kind, ErrorKind::OsError(Some(libc::ENOENT | libc::ENOTDIR)))
 }
 
+/// A name for a temp file beside the one it replaces.
+fn temp_name() -> String {
+    format!(".imgbuild-{}-{}", std::process::id(), unique())
+}
+
 /// A process-unique counter for temp names.
 fn unique() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -616,6 +668,60 @@ mod tests {
         assert!(root.is_dir(Path::new("d/e")));
         assert!(!root.is_file(Path::new("d/e")));
         host_untouched(host.path());
+    }
+
+    /// What a hardlink checkout looks like: every name in the tree shares
+    /// its inode with an object outside it. Changing bytes, mode or owner
+    /// through the tree must leave the other name as it was.
+    #[test]
+    fn writes_break_hardlinks_and_leave_the_other_name_intact() {
+        let objects = tempfile::tempdir().unwrap();
+        let tree = tempfile::tempdir().unwrap();
+        let root = ImageRoot::open(tree.path()).unwrap();
+        let link_in = |name: &str, data: &str, mode: u32| {
+            let object = objects.path().join(name);
+            std::fs::write(&object, data).unwrap();
+            std::fs::set_permissions(&object, Permissions::from_mode(mode)).unwrap();
+            std::fs::hard_link(&object, tree.path().join(name)).unwrap();
+            object
+        };
+        let chmodded = link_in("chmodded", "a\n", 0o644);
+        let rewritten = link_in("rewritten", "bbbb", 0o644);
+        let replaced = link_in("replaced", "c\n", 0o644);
+        let same = link_in("same", "d\n", 0o644);
+        std::os::unix::fs::symlink("target", objects.path().join("link")).unwrap();
+        std::fs::hard_link(objects.path().join("link"), tree.path().join("link")).unwrap();
+
+        root.set_mode(Path::new("chmodded"), 0o4755).unwrap();
+        root.overwrite_in_place(Path::new("rewritten"), b"BBBB").unwrap();
+        root.write(Path::new("replaced"), b"C\n", 0o600).unwrap();
+        root.set_mode(Path::new("same"), 0o644).unwrap();
+        root.set_attr(Path::new("link"), 0, 0, 1).unwrap();
+
+        let meta = |p: &Path| std::fs::symlink_metadata(p).unwrap();
+        assert_eq!(meta(&chmodded).mode() & 0o7777, 0o644);
+        assert_eq!(meta(&tree.path().join("chmodded")).mode() & 0o7777, 0o4755);
+        assert_eq!(std::fs::read(tree.path().join("chmodded")).unwrap(), b"a\n");
+        assert_eq!(std::fs::read(&rewritten).unwrap(), b"bbbb");
+        assert_eq!(std::fs::read(tree.path().join("rewritten")).unwrap(), b"BBBB");
+        assert_eq!(std::fs::read(&replaced).unwrap(), b"c\n");
+        assert_eq!(meta(&replaced).mode() & 0o7777, 0o644);
+        for (object, name) in [
+            (&chmodded, "chmodded"),
+            (&rewritten, "rewritten"),
+            (&replaced, "replaced"),
+        ] {
+            assert_eq!(meta(object).nlink(), 1, "{name} still shares its inode");
+        }
+        // Nothing to change: the link is kept (no needless copy).
+        assert_eq!(meta(&same).nlink(), 2);
+        let object_link = meta(&objects.path().join("link"));
+        assert_eq!((object_link.nlink(), object_link.gid()), (1, 0));
+        assert_eq!(meta(&tree.path().join("link")).gid(), 1);
+        assert_eq!(
+            std::fs::read_link(tree.path().join("link")).unwrap(),
+            PathBuf::from("target")
+        );
     }
 
     #[test]

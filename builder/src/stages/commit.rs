@@ -163,23 +163,48 @@ pub fn commit(
     subject: &str,
     timestamp: u64,
 ) -> Result<CommitOutput> {
+    commit_with(repo_path, None, ref_name, tree, metadata, subject, timestamp)
+}
+
+/// [`commit`], and with `build_repo` (the repo `tree` is a hardlink
+/// checkout of, see [`crate::stages::rootfs::base_commit`]) the commit is
+/// written there, files still linked to an object taken without being read,
+/// and then copied into the archive repo, whose existing objects are not
+/// read again: the same checksum as a commit of the tree straight into the
+/// archive, for a fraction of the reads.
+pub fn commit_with(
+    repo_path: &Path,
+    build_repo: Option<&Path>,
+    ref_name: &str,
+    tree: &Path,
+    metadata: &Metadata,
+    subject: &str,
+    timestamp: u64,
+) -> Result<CommitOutput> {
     let repo = ostree::open_or_create(repo_path)?;
     let parent = ostree::resolve(&repo, ref_name)?;
-    // Unprivileged builds cannot own files as root; record root anyway.
-    let force_root_owner = !crate::tool::running_as_root();
-    let result = ostree::commit_tree(
-        &repo,
-        CommitRequest {
-            tree,
-            subject,
-            metadata,
-            timestamp,
-            parent: parent.as_deref(),
-            force_root_owner,
-            cancellable: None,
-            on_entry: None,
-        },
-    )?;
+    let build = build_repo.map(ostree::open).transpose()?;
+    let request = CommitRequest {
+        tree,
+        subject,
+        metadata,
+        timestamp,
+        parent: parent.as_deref(),
+        // Unprivileged builds cannot own files as root; record root anyway.
+        force_root_owner: !crate::tool::running_as_root(),
+        cancellable: None,
+        on_entry: None,
+        hardlinked: build.is_some(),
+        consume: false,
+        parent_repo: Some(&repo),
+    };
+    let result = ostree::commit_tree(build.as_ref().unwrap_or(&repo), request)?;
+    if let (Some(build), Some(build_path)) = (&build, build_repo)
+        && !result.reused_parent
+    {
+        ostree::pull_local(&repo, build_path, &result.checksum)?;
+        forget_composed_commits(build)?;
+    }
     Ok(CommitOutput {
         repo: repo_path.to_path_buf(),
         checksum: result.checksum,
@@ -188,6 +213,19 @@ pub fn commit(
         stats: result.stats,
         sbom: None,
     })
+}
+
+/// Removes from the build repo what no ref holds (the commit just copied
+/// into the archive repo and its new files), so it keeps only the bases.
+fn forget_composed_commits(build: &::ostree::Repo) -> Result<()> {
+    build
+        .prune(
+            ::ostree::RepoPruneFlags::REFS_ONLY,
+            -1,
+            ::ostree::gio::Cancellable::NONE,
+        )
+        .context("pruning the build repo")?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! `<stage>/tree` only when complete.
 
 pub mod base;
+pub mod base_commit;
 pub mod boot_initramfs;
 pub mod layout;
 pub mod overlay;
@@ -46,6 +47,9 @@ pub struct BuildInfo {
 
 pub struct ComposeInputs<'a> {
     pub base_tarball: &'a Path,
+    /// The build repo ([`base_commit`]): the base is checked out of it with
+    /// hardlinks (imported once). `None` extracts the tarball every time.
+    pub build_repo: Option<&'a Path>,
     pub kernel: &'a KernelFiles,
     pub overlays: &'a [PathBuf],
     pub kargs: &'a [String],
@@ -183,25 +187,34 @@ fn remove_if_exists(path: &Path) -> Result<()> {
     .with_context(|| format!("removing {}", path.display()))
 }
 
-/// Composes the tree; returns once `<stage_dir>/tree` is complete.
-pub fn compose(inputs: &ComposeInputs, stage_dir: &Path, ui: &Ui) -> Result<RootfsOutput> {
-    let partial = stage_dir.join("tree.partial");
-    let tree = stage_dir.join("tree");
-    remove_if_exists(&partial)?;
-    ui.note(format!(
-        "extracting base rootfs {}",
-        inputs.base_tarball.display()
-    ));
+/// Extracts the base tarball to `dest` (which must not exist), the same way
+/// for a composition and for an import into the build repo.
+fn extract_base(tarball: &Path, dest: &Path, ui: &Ui) -> Result<()> {
+    ui.note(format!("extracting base rootfs {}", tarball.display()));
     extract_tarball(
-        inputs.base_tarball,
-        &partial,
+        tarball,
+        dest,
         ExtractOptions {
             preserve_owners: tool::running_as_root(),
             skip_special_files: true,
             rootfs_symlinks: true,
         },
         ui,
-    )?;
+    )
+    .map(drop)
+}
+
+/// Composes the tree; returns once `<stage_dir>/tree` is complete.
+pub fn compose(inputs: &ComposeInputs, stage_dir: &Path, ui: &Ui) -> Result<RootfsOutput> {
+    let partial = stage_dir.join("tree.partial");
+    let tree = stage_dir.join("tree");
+    remove_if_exists(&partial)?;
+    match inputs.build_repo {
+        Some(repo) => {
+            base_commit::check_out(repo, inputs.base_tarball, stage_dir, &partial, ui)?;
+        }
+        None => extract_base(inputs.base_tarball, &partial, ui)?,
+    }
     let root = ImageRoot::open(&partial)?;
     let stripped = secrets::strip_host_identity(&root)?;
     ui.note(format!("host identity stripped: {}", stripped.summary()));
