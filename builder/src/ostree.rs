@@ -242,6 +242,15 @@ pub fn checkout_hardlinked(repo: &ostree::Repo, commit: &str, dest: &Path) -> Re
     .with_context(|| format!("checking out {commit} to {}", dest.display()))
 }
 
+/// Whether libostree's devino cache maps every file under `dir` to the
+/// right object. Before 2023.4 it looks inodes up by their low 32 bits
+/// (fixed upstream in de6fddc6), which is exact only where inode numbers
+/// are 32-bit: ext2/3/4. Elsewhere (XFS, btrfs, tmpfs) an older libostree
+/// could take a file for another object, so the tree is read instead.
+pub fn inode_lookup_is_exact(dir: &Path) -> Result<bool> {
+    Ok(ostree::check_version(2023, 4) || crate::io::filesystem_magic(dir)? == libc::EXT4_SUPER_MAGIC)
+}
+
 /// Copies `checksum` (a commit and what it references) from the local repo
 /// at `source` into `repo`. Every object copied is checksummed again on the
 /// way in; objects `repo` already has are not read.
@@ -253,7 +262,7 @@ pub fn pull_local(repo: &ostree::Repo, source: &Path, checksum: &str) -> Result<
         &(ostree::RepoPullFlags::UNTRUSTED.bits() as i32).to_variant(),
     );
     options.insert_value("gpg-verify", &false.to_variant());
-    let url = format!("file://{}", std::path::absolute(source)?.display());
+    let url = gio::File::for_path(std::path::absolute(source)?).uri();
     repo.pull_with_options(&url, &options.end(), None, gio::Cancellable::NONE)
         .with_context(|| format!("copying commit {checksum} from {}", source.display()))
 }

@@ -443,7 +443,7 @@ fn stage_rootfs(ctx: &Context, report: &mut PipelineReport, kernel: &KernelOutpu
             let build_repo = rootfs::base_commit::build_repo_path(&ctx.work_dir);
             let inputs = ComposeInputs {
                 base_tarball: &base.path,
-                build_repo: Some(&build_repo),
+                build_repo: build_repo.as_deref(),
                 kernel: &kernel_files,
                 overlays: &recipe.rootfs.overlays,
                 kargs: &recipe.kernel.cmdline,
@@ -537,7 +537,7 @@ fn stage_commit(
         let build_repo = rootfs::base_commit::build_repo_path(&ctx.work_dir);
         let mut out = commit::commit_with(
             &repo,
-            Some(build_repo.as_path()).filter(|p| p.join("config").is_file()),
+            build_repo.as_deref().filter(|p| p.join("config").is_file()),
             &recipe.ostree.ref_name,
             &rootfs.tree,
             &metadata,

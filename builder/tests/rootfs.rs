@@ -491,17 +491,39 @@ fn the_build_repo_gives_the_same_commit_and_writes_leave_its_objects_intact() {
     );
     let warm_commit = commit_of(&dir.join("repo-warm"), Some(&build_repo), &warm.tree);
     assert_eq!(warm_commit.checksum, expected);
-    assert!(
-        warm_commit.stats.devino_cache_hits >= 5,
-        "the base's files were read again: {:?}",
-        warm_commit.stats
-    );
+    if imgbuild::ostree::inode_lookup_is_exact(&build_repo).unwrap() {
+        assert!(
+            warm_commit.stats.devino_cache_hits >= 5,
+            "the base's files were read again: {:?}",
+            warm_commit.stats
+        );
+    } else {
+        eprintln!(
+            "SKIPPED the devino check: libostree < 2023.4 on a filesystem with 64-bit inodes reads every file"
+        );
+    }
+
+    // With the ref on it, the same tree again gives that commit back: the
+    // parent is read from the archive repo (the build repo has no copy).
+    let warm_repo = dir.join("repo-warm");
+    let archive = imgbuild::ostree::open(&warm_repo).unwrap();
+    imgbuild::ostree::set_ref(&archive, "emberrtos/rt", &expected).unwrap();
+    let again = commit_of(&warm_repo, Some(&build_repo), &warm.tree);
+    assert!(again.reused_parent && again.checksum == expected, "{again:?}");
+    let build = imgbuild::ostree::open(&build_repo).unwrap();
+    assert!(imgbuild::ostree::read_commit(&build, &expected).is_err());
+    let refs = common::run(&mut common::ostree(&[
+        "refs",
+        &format!("--repo={}", build_repo.display()),
+    ]));
+    assert_eq!(refs.trim(), base_ref, "the build repo keeps its base only");
 
     // A later write through the tree: the object keeps its mode.
     let root = imgbuild::io::root::ImageRoot::open(&warm.tree).unwrap();
     root.set_mode(Path::new("usr/etc/shadow"), 0o600).unwrap();
-    let changed = commit_of(&dir.join("repo-warm"), Some(&build_repo), &warm.tree);
+    let changed = commit_of(&warm_repo, Some(&build_repo), &warm.tree);
     assert_ne!(changed.checksum, expected);
+    assert_eq!(changed.parent.as_deref(), Some(expected.as_str()));
 
     for repo in [&build_repo, &fast_repo, &dir.join("repo-warm")] {
         common::run(&mut common::ostree(&[

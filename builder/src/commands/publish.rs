@@ -670,11 +670,17 @@ impl Delta {
     }
 }
 
-/// Generates `deltas` in the local repo, one thread per core, each with its
-/// own handle on the repo (each delta is written to its own directory).
+/// At most this many deltas are generated at once: each may hold bsdiff's
+/// buffers for files up to libostree's 128 MB limit.
+const MAX_DELTA_WORKERS: usize = 4;
+
+/// Generates `deltas` in the local repo, one thread per core (at most
+/// [`MAX_DELTA_WORKERS`]), each with its own handle on the repo (each delta
+/// is written to its own directory).
 fn generate_deltas(source: &Path, deltas: &[Delta]) -> Result<()> {
     let workers = std::thread::available_parallelism()
         .map_or(1, usize::from)
+        .min(MAX_DELTA_WORKERS)
         .min(deltas.len());
     if workers == 0 {
         return Ok(());

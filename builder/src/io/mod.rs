@@ -9,6 +9,19 @@ pub mod qemu;
 pub mod records;
 pub mod root;
 
+/// The filesystem type (`statfs`'s `f_type`, e.g. `libc::TMPFS_MAGIC`) of
+/// the filesystem holding `dir`.
+pub fn filesystem_magic(dir: &std::path::Path) -> anyhow::Result<i64> {
+    use anyhow::Context;
+    let c_path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())?;
+    // SAFETY: statfs fills the zeroed struct; the path is NUL-terminated.
+    let mut stat: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c_path.as_ptr(), &mut stat) } != 0 {
+        return Err(std::io::Error::last_os_error()).with_context(|| format!("statfs {}", dir.display()));
+    }
+    Ok(stat.f_type)
+}
+
 /// Opens `path` for reading without following a symlink at its last
 /// component, and without blocking on a FIFO swapped in for a file.
 pub fn open_nofollow(path: &std::path::Path) -> std::io::Result<std::fs::File> {

@@ -160,6 +160,8 @@ impl ImageRoot {
     /// environment block on a FAT ESP is written by GRUB the same way).
     pub fn overwrite_in_place(&self, rel: &Path, data: &[u8]) -> Result<()> {
         use std::os::unix::fs::FileExt;
+        // The file the write lands on, links followed, is the one unshared.
+        let rel = &self.resolved(rel)?;
         self.break_hardlink(rel)?;
         let file = self
             .root

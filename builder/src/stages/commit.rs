@@ -168,7 +168,9 @@ pub fn commit(
 
 /// [`commit`], and with `build_repo` (the repo `tree` is a hardlink
 /// checkout of, see [`crate::stages::rootfs::base_commit`]) the commit is
-/// written there, files still linked to an object taken without being read,
+/// written there, files still linked to an object taken without being read
+/// (where libostree's inode lookup is exact, see
+/// [`ostree::inode_lookup_is_exact`]; elsewhere straight into the archive),
 /// and then copied into the archive repo, whose existing objects are not
 /// read again: the same checksum as a commit of the tree straight into the
 /// archive, for a fraction of the reads.
@@ -183,7 +185,10 @@ pub fn commit_with(
 ) -> Result<CommitOutput> {
     let repo = ostree::open_or_create(repo_path)?;
     let parent = ostree::resolve(&repo, ref_name)?;
-    let build = build_repo.map(ostree::open).transpose()?;
+    let build = match build_repo {
+        Some(path) if ostree::inode_lookup_is_exact(path)? => Some(ostree::open(path)?),
+        _ => None,
+    };
     let request = CommitRequest {
         tree,
         subject,

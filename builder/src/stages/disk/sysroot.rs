@@ -68,13 +68,7 @@ impl Drop for Staging {
 
 /// Refuses a staging parent that is not a tmpfs.
 fn require_tmpfs(dir: &Path) -> Result<()> {
-    let c_path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())?;
-    // SAFETY: statfs fills the zeroed struct; the path is NUL-terminated.
-    let mut stat: libc::statfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statfs(c_path.as_ptr(), &mut stat) } != 0 {
-        return Err(std::io::Error::last_os_error()).with_context(|| format!("statfs {}", dir.display()));
-    }
-    if stat.f_type != libc::TMPFS_MAGIC {
+    if crate::io::filesystem_magic(dir)? != libc::TMPFS_MAGIC {
         bail!(
             "{} is not a tmpfs: ostree's deploy freezes the filesystem it writes to, so the sysroot is staged only on a tmpfs",
             dir.display()

@@ -26,27 +26,46 @@ pub const BUILD_REPO_DIR: &str = "build-repo";
 /// Internal refs of imported bases: `imgbuild/base/<sha256>`.
 pub const REF_PREFIX: &str = "imgbuild/base/";
 
-/// Bumped when the import changes what a base commit holds.
-const IMPORT_FORMAT: &str = "extract 1";
+/// Changes with imgbuild (and so with how a tarball is extracted), so an
+/// import by an older imgbuild is not reused.
+const IMPORT_FORMAT: &str = concat!("imgbuild ", env!("CARGO_PKG_VERSION"), " extract 1");
 
-/// The build repo of a work dir.
-pub fn build_repo_path(work_dir: &Path) -> PathBuf {
-    work_dir.join(BUILD_REPO_DIR)
+/// The build repo of a work dir, for a build run as root: the repo is
+/// `bare`, whose objects keep their real owners and modes on disk, which
+/// only root can set. An unprivileged build extracts the base every time
+/// (a `bare-user` checkout shows masked modes on disk, which the confined
+/// root's writes would carry over).
+pub fn build_repo_path(work_dir: &Path) -> Option<PathBuf> {
+    tool::running_as_root().then(|| work_dir.join(BUILD_REPO_DIR))
 }
 
-/// `bare` keeps real owners, which only root can set; an unprivileged build
-/// uses `bare-user`, which records them in an xattr.
-fn repo_mode() -> ::ostree::RepoMode {
-    if tool::running_as_root() {
-        ::ostree::RepoMode::Bare
-    } else {
-        ::ostree::RepoMode::BareUser
+/// Opens the build repo, creating it (private to root, host xattrs such
+/// as SELinux labels ignored: commits skip xattrs) when missing.
+fn open_build_repo(path: &Path) -> Result<::ostree::Repo> {
+    let existed = path.join("config").is_file();
+    let repo = ostree::open_or_create_with_mode(path, ::ostree::RepoMode::Bare)?;
+    if !existed {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))?;
+        let config = repo.copy_config();
+        config.set_boolean("core", "disable-xattrs", true);
+        repo.write_config(&config)
+            .with_context(|| format!("configuring the build repo {}", path.display()))?;
     }
+    if repo.mode() != ::ostree::RepoMode::Bare {
+        anyhow::bail!(
+            "{} is a {:?} ostree repo, not the bare build repo imgbuild makes; remove it",
+            path.display(),
+            repo.mode()
+        );
+    }
+    Ok(repo)
 }
 
 /// The ref of a base tarball's commit: the file itself (size, mtime, inode,
-/// device) names it, so a tarball rebuilt under the same cache key (a
-/// Debian base made again from a newer archive) is imported afresh.
+/// device) and this imgbuild's version name it, so a tarball rebuilt under
+/// the same cache key (a Debian base made again from a newer archive) is
+/// imported afresh, and so is every base after an upgrade of imgbuild.
 pub fn base_ref(tarball: &Path) -> Result<String> {
     let stamp = FileStamp::of(tarball)?;
     let identity = serde_json::to_string(&stamp)?;
@@ -60,7 +79,7 @@ pub fn base_ref(tarball: &Path) -> Result<String> {
 /// importing the tarball first when the build repo has no commit of it.
 /// `scratch` is a directory on the same filesystem for the import.
 pub fn check_out(build_repo: &Path, tarball: &Path, scratch: &Path, dest: &Path, ui: &Ui) -> Result<String> {
-    let repo = ostree::open_or_create_with_mode(build_repo, repo_mode())?;
+    let repo = open_build_repo(build_repo)?;
     let ref_name = base_ref(tarball)?;
     let import_dir = scratch.join("base.import");
     super::remove_if_exists(&import_dir)?;
@@ -100,7 +119,7 @@ fn import(
             metadata: &Metadata::new(),
             timestamp: 0,
             parent: None,
-            force_root_owner: !tool::running_as_root(),
+            force_root_owner: false,
             cancellable: None,
             on_entry: None,
             hardlinked: false,

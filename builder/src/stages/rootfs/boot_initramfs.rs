@@ -80,6 +80,22 @@ pub fn check_prepare_root_runs(archive: &Archive) -> Result<PrepareRootCheck> {
     Ok(PrepareRootCheck::Ran(output))
 }
 
+/// Spawns `command`, again when exec fails with ETXTBSY: the program was
+/// just written, and a child another thread forked meanwhile may hold the
+/// written file open for an instant, until its own exec closes it.
+fn spawn_past_text_busy(command: &mut Command) -> std::io::Result<std::process::Child> {
+    let mut tries = 0;
+    loop {
+        match command.spawn() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 50 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// The unprivileged identity the image's program runs as (`nobody`).
 const NOBODY: libc::uid_t = 65534;
 /// How long the image's program may run before it is killed.
@@ -119,7 +135,7 @@ pub fn run_chrooted(dir: &Path, program: &str) -> std::io::Result<Output> {
         });
     }
     crate::tool::die_with_parent(&mut command);
-    let mut child = command.spawn()?;
+    let mut child = spawn_past_text_busy(&mut command)?;
     let started = std::time::Instant::now();
     while child.try_wait()?.is_none() {
         if started.elapsed() > RUN_LIMIT {
