@@ -315,8 +315,7 @@ pub fn publish(
     if served_already(transport, &plans)? {
         // Records added since the commits went out still go.
         copy_records(transport, &records, ui, &mut report)?;
-        let report = finish_served(source, &repo, transport, &plans, options, ui, report)?;
-        return Ok(report);
+        return finish_served(source, &repo, transport, &plans, options, ui, report);
     }
     ui.step("publish", format!("objects to {}", transport.describe()));
     copy_objects(&repo, source, transport, &plans, &mut report)?;

@@ -186,7 +186,7 @@ pub fn commit_with(
     let repo = ostree::open_or_create(repo_path)?;
     let parent = ostree::resolve(&repo, ref_name)?;
     let build = match build_repo {
-        Some(path) if ostree::inode_lookup_is_exact(path)? => Some(ostree::open(path)?),
+        Some(path) if ostree::inode_lookup_is_exact(path)? => Some((path, ostree::open(path)?)),
         _ => None,
     };
     let request = CommitRequest {
@@ -203,8 +203,8 @@ pub fn commit_with(
         consume: false,
         parent_repo: Some(&repo),
     };
-    let result = ostree::commit_tree(build.as_ref().unwrap_or(&repo), request)?;
-    if let (Some(build), Some(build_path)) = (&build, build_repo)
+    let result = ostree::commit_tree(build.as_ref().map_or(&repo, |(_, build)| build), request)?;
+    if let Some((build_path, build)) = &build
         && !result.reused_parent
     {
         ostree::pull_local(&repo, build_path, &result.checksum)?;

@@ -78,7 +78,7 @@ pub fn base_ref(tarball: &Path) -> Result<String> {
 /// Checks the base out to `dest` (which must not exist) with hardlinks,
 /// importing the tarball first when the build repo has no commit of it.
 /// `scratch` is a directory on the same filesystem for the import.
-pub fn check_out(build_repo: &Path, tarball: &Path, scratch: &Path, dest: &Path, ui: &Ui) -> Result<String> {
+pub fn check_out(build_repo: &Path, tarball: &Path, scratch: &Path, dest: &Path, ui: &Ui) -> Result<()> {
     let repo = open_build_repo(build_repo)?;
     let ref_name = base_ref(tarball)?;
     let import_dir = scratch.join("base.import");
@@ -93,8 +93,7 @@ pub fn check_out(build_repo: &Path, tarball: &Path, scratch: &Path, dest: &Path,
         }
         None => import(&repo, tarball, &import_dir, &ref_name, ui)?,
     };
-    ostree::checkout_hardlinked(&repo, &checksum, dest)?;
-    Ok(checksum)
+    ostree::checkout_hardlinked(&repo, &checksum, dest)
 }
 
 /// Extracts the tarball as [`super::compose`] always has, moves its files

@@ -210,9 +210,7 @@ pub fn compose(inputs: &ComposeInputs, stage_dir: &Path, ui: &Ui) -> Result<Root
     let tree = stage_dir.join("tree");
     remove_if_exists(&partial)?;
     match inputs.build_repo {
-        Some(repo) => {
-            base_commit::check_out(repo, inputs.base_tarball, stage_dir, &partial, ui)?;
-        }
+        Some(repo) => base_commit::check_out(repo, inputs.base_tarball, stage_dir, &partial, ui)?,
         None => extract_base(inputs.base_tarball, &partial, ui)?,
     }
     let root = ImageRoot::open(&partial)?;
