@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use clap::{ArgGroup, Args, Parser, Subcommand};
+use clap::{ArgGroup, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::cache::{Cache, remote};
 use crate::commands::config_medium::{self, MediumOptions};
@@ -360,7 +360,14 @@ pub struct DiskArgs {
 
 /// Parses the command line, runs it and maps the result to the exit code.
 pub fn main() -> ExitCode {
-    crate::error::finish(Cli::try_parse(), run)
+    crate::error::finish(parse(), run)
+}
+
+/// `Cli::try_parse`, with the long version (`--version`) built at run time:
+/// it names the libostree this process loaded.
+fn parse() -> Result<Cli, clap::Error> {
+    let command = Cli::command().long_version(crate::version::long_version());
+    Cli::from_arg_matches_mut(&mut command.try_get_matches()?).map_err(|e| e.format(&mut Cli::command()))
 }
 
 fn print_json(value: &serde_json::Value) -> Result<()> {

@@ -25,3 +25,4 @@ pub mod tool;
 pub mod transport;
 pub mod tree;
 pub mod ui;
+pub mod version;

@@ -251,6 +251,21 @@ pub fn inode_lookup_is_exact(dir: &Path) -> Result<bool> {
     Ok(ostree::check_version(2023, 4) || crate::io::filesystem_magic(dir)? == libc::EXT4_SUPER_MAGIC)
 }
 
+/// The version of the libostree this process runs against, as
+/// `(year, release)`: libostree only answers "at least this version?", so
+/// this asks for the highest version it says yes to.
+pub fn library_version() -> (u32, u32) {
+    highest_version(ostree::check_version)
+}
+
+/// The highest `(year, release)` that `at_least` accepts (libostree's
+/// versions: years since 2012, releases 1 to a dozen or so).
+pub fn highest_version(at_least: impl Fn(u32, u32) -> bool) -> (u32, u32) {
+    let year = (2012..=2200).take_while(|&y| at_least(y, 0)).last().unwrap_or(0);
+    let release = (0..=99).take_while(|&r| at_least(year, r)).last().unwrap_or(0);
+    (year, release)
+}
+
 /// Copies `checksum` (a commit and what it references) from the local repo
 /// at `source` into `repo`. Every object copied is checksummed again on the
 /// way in; objects `repo` already has are not read.
@@ -692,5 +707,17 @@ mod tests {
         for bad in [&b""[..], b"hello", b"ssh-ed25519 AAAA", &[0x95, 0x01]] {
             assert!(gpg_public_key(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn the_highest_version_the_library_accepts() {
+        let library = |year: u32, release: u32| (year, release) <= (2022, 7);
+        assert_eq!(highest_version(library), (2022, 7));
+        assert_eq!(highest_version(|y, r| (y, r) <= (2013, 0)), (2013, 0));
+        // The running libostree is itself at least what the crate needs.
+        let (year, release) = library_version();
+        assert!((year, release) >= (2022, 7), "{year}.{release}");
+        assert!(ostree::check_version(year, release));
+        assert!(!ostree::check_version(year, release + 1));
     }
 }

@@ -11,8 +11,10 @@ use anyhow::{Context, Result, bail};
 
 use crate::error::MissingTool;
 
-/// The Debian package that provides each host tool imgbuild runs.
-const PACKAGES: &[(&str, &str)] = &[
+/// The Debian package that provides each host tool imgbuild runs (the
+/// packages' relations in builder/Cargo.toml must cover each: see
+/// tests/packaging.rs).
+pub const PACKAGES: &[(&str, &str)] = &[
     ("apt-get", "apt"),
     ("mcopy", "mtools"),
     ("qemu-img", "qemu-utils"),
@@ -43,6 +45,9 @@ const PACKAGES: &[(&str, &str)] = &[
     ("perl", "perl"),
     ("qemu-system-x86_64", "qemu-system-x86"),
     ("sgdisk", "gdisk"),
+    ("ssh", "openssh-client"),
+    ("ssh-keygen", "openssh-client"),
+    ("ssh-keyscan", "openssh-client"),
     ("xorriso", "xorriso"),
     ("zstd", "zstd"),
 ];
@@ -123,9 +128,10 @@ pub fn die_with_parent(cmd: &mut Command) -> &mut Command {
 }
 
 /// A binary of this workspace that imgbuild puts into images (`jitter`,
-/// `emberrtos-device`): `$<env_var>` when set, else the one built beside the
+/// `emberrtos-device`): `$<env_var>` when set, else the one beside the
 /// running imgbuild (`cargo build --release --workspace`; a test binary in
-/// `deps/` looks one level up).
+/// `deps/` looks one level up), else the installed package's
+/// (`/usr/libexec/imgbuild/<name>` for `/usr/bin/imgbuild`).
 pub fn find_companion(name: &str, env_var: &str) -> Result<PathBuf> {
     if let Some(path) = std::env::var_os(env_var) {
         let path = PathBuf::from(path);
@@ -138,7 +144,13 @@ pub fn find_companion(name: &str, env_var: &str) -> Result<PathBuf> {
     let candidates: Vec<PathBuf> = exe
         .parent()
         .into_iter()
-        .flat_map(|dir| [dir.join(name), dir.join("..").join(name)])
+        .flat_map(|dir| {
+            [
+                dir.join(name),
+                dir.join("..").join(name),
+                dir.join("../libexec/imgbuild").join(name),
+            ]
+        })
         .collect();
     candidates.into_iter().find(|p| p.is_file()).with_context(|| {
         format!(

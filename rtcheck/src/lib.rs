@@ -7,6 +7,8 @@
 
 #[cfg(feature = "image")]
 pub mod bzimage;
+#[cfg(feature = "cli-docs")]
+pub mod cli_docs;
 pub mod elf;
 pub mod evidence;
 pub mod ikconfig;
