@@ -11,7 +11,12 @@ fn main() {
         .ok()
         .filter(|c| !c.is_empty())
         .or_else(|| git(&["rev-parse", "HEAD"]))
-        .unwrap_or_else(|| "unknown".to_string());
+        .unwrap_or_else(|| {
+            if Path::new(env!("CARGO_MANIFEST_DIR")).join("../.git").exists() {
+                println!("cargo::warning=git cannot read this checkout (its owner?); --version will say commit unknown");
+            }
+            "unknown".to_string()
+        });
     for path in files_that_move_head() {
         println!("cargo::rerun-if-changed={}", path.display());
     }
@@ -29,18 +34,17 @@ fn git(args: &[&str]) -> Option<String> {
     (out.status.success() && !text.trim().is_empty()).then(|| text.trim().to_string())
 }
 
-/// HEAD, the branch file it names and packed-refs: the files a commit or a
-/// checkout rewrites. Only existing ones (cargo reruns on a missing one
-/// every time).
+/// The files a commit, checkout, reset or `git gc` rewrites: HEAD, its
+/// reflog, packed-refs and the branch refs (a directory: cargo looks at
+/// everything in it), at the paths git gives for them (in a linked worktree
+/// the refs live in the common dir). Only existing ones: cargo reruns on a
+/// missing one every time.
 fn files_that_move_head() -> Vec<PathBuf> {
-    let Some(git_dir) = git(&["rev-parse", "--absolute-git-dir"]) else {
-        return Vec::new();
-    };
-    let git_dir = Path::new(&git_dir);
-    let mut files = vec![git_dir.join("HEAD"), git_dir.join("packed-refs")];
-    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
-        files.push(git_dir.join(branch));
-    }
-    files.retain(|f| f.is_file());
+    let mut files: Vec<PathBuf> = ["HEAD", "logs/HEAD", "packed-refs", "refs/heads"]
+        .iter()
+        .filter_map(|name| git(&["rev-parse", "--path-format=absolute", "--git-path", name]))
+        .map(PathBuf::from)
+        .collect();
+    files.retain(|f| f.exists());
     files
 }

@@ -363,10 +363,11 @@ pub fn main() -> ExitCode {
     crate::error::finish(parse(), run)
 }
 
-/// `Cli::try_parse`, with the long version (`--version`) built at run time:
-/// it names the libostree this process loaded.
+/// `Cli::try_parse`, with the version (`-V`, `--version`) built at run
+/// time: it names the libostree this process loaded.
 fn parse() -> Result<Cli, clap::Error> {
-    let command = Cli::command().long_version(crate::version::long_version());
+    let version = crate::version::long_version();
+    let command = Cli::command().version(version.clone()).long_version(version);
     Cli::from_arg_matches_mut(&mut command.try_get_matches()?).map_err(|e| e.format(&mut Cli::command()))
 }
 

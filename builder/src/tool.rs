@@ -128,10 +128,8 @@ pub fn die_with_parent(cmd: &mut Command) -> &mut Command {
 }
 
 /// A binary of this workspace that imgbuild puts into images (`jitter`,
-/// `emberrtos-device`): `$<env_var>` when set, else the one beside the
-/// running imgbuild (`cargo build --release --workspace`; a test binary in
-/// `deps/` looks one level up), else the installed package's
-/// (`/usr/libexec/imgbuild/<name>` for `/usr/bin/imgbuild`).
+/// `emberrtos-device`): `$<env_var>` when set, else the first of
+/// [`companion_candidates`] that exists.
 pub fn find_companion(name: &str, env_var: &str) -> Result<PathBuf> {
     if let Some(path) = std::env::var_os(env_var) {
         let path = PathBuf::from(path);
@@ -141,23 +139,30 @@ pub fn find_companion(name: &str, env_var: &str) -> Result<PathBuf> {
         bail!("${env_var} points to {}, which does not exist", path.display());
     }
     let exe = std::env::current_exe().context("locating the imgbuild executable")?;
-    let candidates: Vec<PathBuf> = exe
-        .parent()
+    companion_candidates(&exe, name)
         .into_iter()
-        .flat_map(|dir| {
-            [
-                dir.join(name),
-                dir.join("..").join(name),
-                dir.join("../libexec/imgbuild").join(name),
-            ]
+        .find(|p| p.is_file())
+        .with_context(|| {
+            format!(
+                "no {name} binary beside {}: build it with `cargo build --release --workspace`, install the imgbuild package (and emberrtos-jitter) whole, or set ${env_var}",
+                exe.display()
+            )
         })
-        .collect();
-    candidates.into_iter().find(|p| p.is_file()).with_context(|| {
-        format!(
-            "no {name} binary beside {}; build it with `cargo build --release --workspace` or set ${env_var}",
-            exe.display()
-        )
-    })
+}
+
+/// Where `name` is looked for next to the imgbuild at `exe`: beside it
+/// (`cargo build --release --workspace`), one level up (a test binary in
+/// `deps/`), then the installed package's `/usr/libexec/imgbuild/<name>`
+/// for `/usr/bin/imgbuild`.
+pub fn companion_candidates(exe: &Path, name: &str) -> Vec<PathBuf> {
+    let Some(dir) = exe.parent() else {
+        return Vec::new();
+    };
+    vec![
+        dir.join(name),
+        dir.join("..").join(name),
+        dir.join("../libexec/imgbuild").join(name),
+    ]
 }
 
 /// Whether imgbuild runs with root privileges (owners can be kept as is).
@@ -244,6 +249,32 @@ pub fn run_logged(cmd: &mut Command, log: &Path, mut on_line: impl FnMut(&str)) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn companions_are_found_where_the_build_and_the_packages_put_them() {
+        let root = tempfile::tempdir().unwrap();
+        let usr = root.path().join("usr");
+        std::fs::create_dir_all(usr.join("libexec/imgbuild")).unwrap();
+        std::fs::create_dir_all(usr.join("bin")).unwrap();
+        std::fs::write(usr.join("bin/jitter"), "").unwrap();
+        std::fs::write(usr.join("libexec/imgbuild/emberrtos-device"), "").unwrap();
+        let first = |exe: &Path, name: &str| {
+            let found = companion_candidates(exe, name).into_iter().find(|p| p.is_file());
+            found.map(|p| p.canonicalize().unwrap())
+        };
+        let installed = usr.join("bin/imgbuild");
+        let usr = usr.canonicalize().unwrap();
+        assert_eq!(first(&installed, "jitter"), Some(usr.join("bin/jitter")));
+        assert_eq!(
+            first(&installed, "emberrtos-device"),
+            Some(usr.join("libexec/imgbuild/emberrtos-device"))
+        );
+        assert_eq!(first(&installed, "imgbuild-docs"), None);
+        // A test binary in target/release/deps finds target/release/jitter.
+        std::fs::create_dir(usr.join("bin/deps")).unwrap();
+        let deps_exe = usr.join("bin/deps/imgbuild-test");
+        assert_eq!(first(&deps_exe, "jitter"), Some(usr.join("bin/jitter")));
+    }
 
     #[test]
     fn missing_tool_names_its_package() {

@@ -28,15 +28,17 @@ fn deb_metadata(path: &str) -> toml::Table {
         .clone()
 }
 
-/// The relations of `field` (`depends`, …) as written.
+/// The relations of `field` (`depends`, …) as written; a field that is
+/// there must be an array (what ci/lib/deb-relations.awk reads).
 fn relations(deb: &toml::Table, field: &str) -> Vec<String> {
-    deb.get(field)
-        .and_then(toml::Value::as_array)
-        .map(|list| {
-            let text = |v: &toml::Value| v.as_str().expect("relations are strings").to_string();
-            list.iter().map(text).collect()
-        })
-        .unwrap_or_default()
+    let Some(value) = deb.get(field) else {
+        return Vec::new();
+    };
+    let list = value
+        .as_array()
+        .unwrap_or_else(|| panic!("{field} is not an array: {value}"));
+    let text = |v: &toml::Value| v.as_str().expect("relations are strings").to_string();
+    list.iter().map(text).collect()
 }
 
 /// The package a relation installs: its first alternative, without the
@@ -47,23 +49,23 @@ fn package_of(relation: &str) -> Option<String> {
     (!name.starts_with('$')).then(|| name.to_string())
 }
 
-/// Every package the two packages' depends, recommends and suggests name.
-fn packaged_relations() -> BTreeSet<String> {
+/// Every package that `fields` of the two packages name.
+fn packaged(fields: &[&str]) -> BTreeSet<String> {
     let mut all = BTreeSet::new();
     for (manifest, _) in PACKAGED {
         let deb = deb_metadata(manifest);
-        for field in ["depends", "recommends", "suggests"] {
+        for field in fields {
             all.extend(relations(&deb, field).iter().filter_map(|r| package_of(r)));
         }
     }
     all
 }
 
-/// What `ci/setup --list` says it installs.
-fn setup_packages() -> BTreeSet<String> {
+/// The lines `ci/setup FLAG` prints.
+fn setup_list(flag: &str) -> BTreeSet<String> {
     let out = Command::new("sh")
         .arg(repo_root().join("ci/setup"))
-        .arg("--list")
+        .arg(flag)
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -72,6 +74,30 @@ fn setup_packages() -> BTreeSet<String> {
         .lines()
         .map(str::to_string)
         .collect()
+}
+
+/// `awk -f ci/lib/deb-relations.awk` on a manifest holding `text`:
+/// (success, stdout lines, stderr).
+fn awk_relations(text: &str) -> (bool, Vec<String>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = dir.path().join("Cargo.toml");
+    std::fs::write(&manifest, text).unwrap();
+    let out = Command::new("awk")
+        .arg("-f")
+        .arg(repo_root().join("ci/lib/deb-relations.awk"))
+        .arg(&manifest)
+        .output()
+        .unwrap();
+    let lines = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    (
+        out.status.success(),
+        lines,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// Whether dpkg marks `package` Essential (always installed; Debian policy
@@ -94,15 +120,15 @@ fn uncovered<'a>(table: &[(&'a str, &'a str)], installed: &BTreeSet<String>) -> 
 }
 
 #[test]
-fn ci_setup_installs_every_package_relation_and_no_workspace_package() {
-    let setup = setup_packages();
+fn ci_setup_reads_exactly_the_package_relations_and_no_workspace_package() {
     let own: Vec<&str> = PACKAGED.iter().map(|(_, name)| *name).collect();
-    let expected: BTreeSet<String> = packaged_relations()
+    let expected: BTreeSet<String> = packaged(&["depends", "recommends", "suggests"])
         .into_iter()
         .filter(|p| !own.contains(&p.as_str()))
         .collect();
-    let missing: Vec<_> = expected.difference(&setup).collect();
-    assert!(missing.is_empty(), "ci/setup does not install {missing:?}");
+    assert_eq!(setup_list("--list-runtime"), expected);
+    let setup = setup_list("--list");
+    assert!(expected.is_subset(&setup));
     for name in own {
         assert!(!setup.contains(name), "ci/setup would apt-get install {name}");
     }
@@ -113,13 +139,52 @@ fn ci_setup_installs_every_package_relation_and_no_workspace_package() {
 }
 
 #[test]
-fn every_tool_in_the_missing_tool_table_is_installed() {
-    let mut installed = packaged_relations();
-    installed.extend(setup_packages());
+fn the_relations_reader_takes_what_cargo_deb_takes_and_refuses_the_rest() {
+    let valid = r#"[package]
+name = "x"
+[package.metadata.deb] # note
+depends = ["$auto", "aa (>= 1) | bb", "cc [amd64]", "dd:any", "ee, ff"]
+recommends = [
+  "gg", "hh",
+  "ii [amd64]", # why
+  ]
+assets = [
+  ["target/release/x", "usr/bin/", "755"],
+]
+[other]
+depends = ["zz"]
+"#;
+    let (ok, packages, stderr) = awk_relations(valid);
+    assert!(ok, "{stderr}");
+    assert_eq!(packages, ["aa", "cc", "dd", "ee", "ff", "gg", "hh", "ii"]);
+    for (text, complaint) in [
+        (
+            "[package.metadata.deb]\ndepends = \"$auto, aa\"\n",
+            ":2: write this field as an array",
+        ),
+        (
+            "[package.metadata.deb]\nsuggests = [\"Bad_Name\"]\n",
+            ":2: not a Debian package name: \"Bad_Name\"",
+        ),
+        (
+            "[package.metadata.deb]\ndepends = [\n  \"aa\",\n",
+            "unclosed array",
+        ),
+    ] {
+        let (ok, _, stderr) = awk_relations(text);
+        assert!(!ok && stderr.contains(complaint), "{text:?}: {stderr}");
+    }
+}
+
+#[test]
+fn every_tool_in_the_missing_tool_table_comes_with_the_packages() {
+    // What installing the two packages brings without Recommends; ci/setup
+    // installs these too (the test above).
+    let installed = packaged(&["depends"]);
     let missing = uncovered(imgbuild::tool::PACKAGES, &installed);
     assert!(
         missing.is_empty(),
-        "neither the packages nor ci/setup install {missing:?}"
+        "the packages' Depends do not install {missing:?}"
     );
     // The check itself catches a tool nobody installs, and lets an
     // Essential package through.
@@ -189,6 +254,21 @@ fn package_versions_follow_the_workspace() {
 }
 
 #[test]
+fn descriptions_fit_a_debian_synopsis() {
+    // cargo-deb cuts a longer description at 79 characters, in mid-sentence.
+    for (manifest, _) in PACKAGED {
+        let text = std::fs::read_to_string(repo_root().join(manifest)).unwrap();
+        let package: toml::Table = toml::from_str(&text).unwrap();
+        let description = package["package"]["description"].as_str().unwrap();
+        assert!(
+            description.len() <= 79,
+            "{manifest}: {} characters",
+            description.len()
+        );
+    }
+}
+
+#[test]
 fn version_names_the_commit_and_the_running_libostree() {
     let out = Command::new(env!("CARGO_BIN_EXE_imgbuild"))
         .arg("--version")
@@ -213,11 +293,32 @@ fn version_names_the_commit_and_the_running_libostree() {
         Ok(head) if head.status.success() => {
             assert_eq!(commit, String::from_utf8_lossy(&head.stdout).trim(), "{text}");
         }
-        _ => eprintln!("skipped the commit comparison: not a git checkout"),
+        _ => assert_eq!(commit, "unknown", "git knows no HEAD here: {text}"),
     }
     let (year, release) = imgbuild::ostree::library_version();
     assert_eq!(lines[2], format!("libostree {year}.{release}"), "{text}");
     assert_eq!(lines.len(), 3, "{text}");
+    // Debian's own word on the library installed (2022.7-2+deb12u1 here).
+    let installed = Command::new("dpkg-query")
+        .args(["-W", "-f=${Version}", "libostree-1-1"])
+        .output();
+    match installed {
+        Ok(out) if out.status.success() => {
+            let installed = String::from_utf8_lossy(&out.stdout).into_owned();
+            let upstream = installed.split('-').next().unwrap_or_default();
+            assert_eq!(upstream, format!("{year}.{release}"), "dpkg says {installed}");
+        }
+        _ => eprintln!("skipped the dpkg comparison: libostree-1-1 is not a dpkg package here"),
+    }
+    let short = Command::new(env!("CARGO_BIN_EXE_imgbuild"))
+        .arg("-V")
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8(short.stdout).unwrap(),
+        text,
+        "-V and --version differ"
+    );
 }
 
 /// Runs a docs generator into a fresh directory.
@@ -248,6 +349,11 @@ fn a_man_page_for_every_subcommand_that_man_renders_cleanly() {
         expected.contains(&"imgbuild-cache-push".to_string()),
         "{expected:?}"
     );
+    // And, independently of the generator's filter, what --help lists.
+    for command in commands_in_help() {
+        let page = format!("imgbuild-{command}");
+        assert!(expected.contains(&page), "no man page for `imgbuild {command}`");
+    }
     let mut pages: Vec<String> = std::fs::read_dir(docs.path().join("man"))
         .unwrap()
         .map(|e| {
@@ -295,6 +401,34 @@ fn without_overstrike(text: &str) -> String {
         }
     }
     plain
+}
+
+/// The commands `imgbuild --help` lists (the first word of each line of
+/// its "Commands:" list indented by two spaces; wrapped lines are indented
+/// further), without `help`.
+fn commands_in_help() -> Vec<String> {
+    let help = Command::new(env!("CARGO_BIN_EXE_imgbuild"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8(help.stdout).unwrap();
+    let list = help
+        .split("Commands:\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{help}"));
+    let commands: Vec<String> = list
+        .lines()
+        .take_while(|line| !line.is_empty())
+        .filter(|line| line.starts_with("  ") && !line.starts_with("   "))
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|word| *word != "help")
+        .map(str::to_string)
+        .collect();
+    assert!(
+        commands.len() >= 10 && commands.contains(&"cache".to_string()),
+        "{commands:?}"
+    );
+    commands
 }
 
 /// Runs `script` in bash with the completion at `completion` sourced.

