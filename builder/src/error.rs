@@ -61,7 +61,10 @@ impl BadInput {
 
 /// Maps an error chain to the process exit code.
 pub fn exit_code(error: &anyhow::Error) -> u8 {
-    if error.chain().any(|e| e.is::<Refused>()) {
+    if error
+        .chain()
+        .any(|e| e.is::<Refused>() || e.is::<rtcheck::container::Refusal>())
+    {
         exit::REFUSED
     } else if error.chain().any(|e| e.is::<BadInput>()) {
         exit::USAGE

@@ -716,3 +716,35 @@ fn rt_provisioning_uses_the_commit_embedded_under_the_remote_name() {
     assert_eq!(record["commit"], rt_commit.as_str());
     assert_eq!(device.checksums()[0], rt_commit);
 }
+
+/// `emberrtos-rt-run` (the binary under that name) on this host, which is no
+/// RT deployment: refused with exit 3, naming why, before podman is run (no
+/// podman on its PATH); a bad option is a usage error that names it.
+#[test]
+fn rt_run_refuses_off_an_rt_deployment_and_names_bad_options() {
+    let dir = tempfile::tempdir().unwrap();
+    let link = dir.path().join("emberrtos-rt-run");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_emberrtos-device"), &link).unwrap();
+    let rt_run = |args: &[&str]| {
+        Command::new(&link)
+            .args(args)
+            .env("PATH", dir.path())
+            .output()
+            .unwrap()
+    };
+    let out = rt_run(&["--cpu", "1", "localhost/loop", "true"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains("RT containers run only on an RT deployment"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("podman"), "{stderr}");
+    let out = rt_run(&["--name", "a b", "localhost/loop"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--name: \"a b\" is not a container name"),
+        "{stderr}"
+    );
+}

@@ -213,6 +213,16 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// The worse of two: INVALID over FAIL over PASS.
+    pub fn worse(self, other: Verdict) -> Verdict {
+        let rank = |v: Verdict| match v {
+            Verdict::Pass => 0,
+            Verdict::Fail => 1,
+            Verdict::Invalid => 2,
+        };
+        if rank(other) > rank(self) { other } else { self }
+    }
+
     /// jitter's exit status for it: 0 PASS, 3 FAIL, 4 INVALID (1 and 2 are
     /// errors and usage).
     pub fn exit_code(self) -> u8 {
@@ -510,6 +520,70 @@ pub struct Report {
     /// Latencies over `--trace-threshold`, analysed by rtla (timerlat).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub spikes: Vec<Spike>,
+    /// `jitter --container`: the same measurement in RT containers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<ContainerSection>,
+}
+
+/// The same measurement in one RT container per RT CPU (started as
+/// `emberrtos-rt-run` starts one: `crate::container::profile_args`), right
+/// after the host's and under the same load.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ContainerSection {
+    pub image: String,
+    /// Each container's podman command line, in CPU order.
+    pub commands: Vec<Vec<String>>,
+    pub cores: Vec<CoreStats>,
+    /// The container's figures against the run's budget, with the same
+    /// INVALID reasons as the host's (and any of its own).
+    pub assessment: Assessment,
+    pub difference: Difference,
+}
+
+/// The latency a container adds: its worst case over the host's.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Difference {
+    pub host_worst_us: u64,
+    pub container_worst_us: u64,
+    /// Container minus host (negative when the container did better).
+    pub extra_us: i64,
+    /// `--container-budget`: the most `extra_us` may be.
+    pub budget_us: u64,
+    /// INVALID when either measurement is; else FAIL over the budget.
+    pub verdict: Verdict,
+    /// Why it is INVALID: each section's reasons, named by section.
+    pub reasons: Vec<Reason>,
+}
+
+impl Difference {
+    /// The difference of `container` over `host`, against `budget_us`.
+    pub fn of(host: &Assessment, container: &Assessment, budget_us: u64) -> Difference {
+        let extra_us = container.worst_us as i64 - host.worst_us as i64;
+        let reasons: Vec<Reason> = [("host", host), ("container", container)]
+            .iter()
+            .flat_map(|(section, assessment)| {
+                assessment.reasons.iter().map(move |r| Reason {
+                    code: r.code,
+                    detail: format!("{section}: {}", r.detail),
+                })
+            })
+            .collect();
+        let verdict = if !reasons.is_empty() {
+            Verdict::Invalid
+        } else if extra_us > budget_us as i64 {
+            Verdict::Fail
+        } else {
+            Verdict::Pass
+        };
+        Difference {
+            host_worst_us: host.worst_us,
+            container_worst_us: container.worst_us,
+            extra_us,
+            budget_us,
+            verdict,
+            reasons,
+        }
+    }
 }
 
 /// A soak measured over several runs of jitter, resumed from checkpoints.
@@ -550,14 +624,88 @@ pub struct Segment {
 }
 
 impl Report {
+    /// The run's verdict: the host's, or with a container section the worst
+    /// of the host's, the container's and the difference's (INVALID over FAIL
+    /// over PASS).
     pub fn verdict(&self) -> Verdict {
-        self.assessment.verdict
+        let Some(container) = &self.container else {
+            return self.assessment.verdict;
+        };
+        [container.assessment.verdict, container.difference.verdict]
+            .into_iter()
+            .fold(self.assessment.verdict, Verdict::worse)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn assessment(verdict: Verdict, worst_us: u64, codes: &[ReasonCode]) -> Assessment {
+        Assessment {
+            verdict,
+            reasons: codes
+                .iter()
+                .map(|&code| Reason {
+                    code,
+                    detail: format!("{code} detail"),
+                })
+                .collect(),
+            worst_cpu: Some(1),
+            worst_us,
+            samples_needed: 10,
+            warnings: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_difference_is_judged_against_the_container_budget() {
+        let host = assessment(Verdict::Pass, 20, &[]);
+        let within = Difference::of(&host, &assessment(Verdict::Pass, 30, &[]), 10);
+        assert_eq!((within.extra_us, within.verdict), (10, Verdict::Pass));
+        let over = Difference::of(&host, &assessment(Verdict::Pass, 31, &[]), 10);
+        assert_eq!((over.extra_us, over.verdict), (11, Verdict::Fail));
+        let better = Difference::of(&host, &assessment(Verdict::Pass, 15, &[]), 0);
+        assert_eq!((better.extra_us, better.verdict), (-5, Verdict::Pass));
+    }
+
+    #[test]
+    fn an_invalid_section_makes_the_difference_invalid_naming_both() {
+        let hv = [ReasonCode::Hypervisor];
+        let host = assessment(Verdict::Invalid, 20, &hv);
+        let container = assessment(
+            Verdict::Invalid,
+            900,
+            &[ReasonCode::Hypervisor, ReasonCode::TooFewSamples],
+        );
+        let difference = Difference::of(&host, &container, 10);
+        assert_eq!(difference.verdict, Verdict::Invalid);
+        let details: Vec<&str> = difference.reasons.iter().map(|r| r.detail.as_str()).collect();
+        assert_eq!(
+            details,
+            [
+                "host: hypervisor detail",
+                "container: hypervisor detail",
+                "container: too-few-samples detail"
+            ]
+        );
+        let only_container = Difference::of(&assessment(Verdict::Pass, 20, &[]), &container, 1000);
+        assert_eq!(only_container.verdict, Verdict::Invalid);
+    }
+
+    #[test]
+    fn invalid_is_worse_than_fail_is_worse_than_pass() {
+        use Verdict::*;
+        for (a, b, worse) in [
+            (Pass, Fail, Fail),
+            (Fail, Pass, Fail),
+            (Fail, Invalid, Invalid),
+            (Invalid, Pass, Invalid),
+            (Pass, Pass, Pass),
+        ] {
+            assert_eq!(a.worse(b), worse, "{a} {b}");
+        }
+    }
 
     #[test]
     fn parse_and_format() {

@@ -1,7 +1,8 @@
 //! PREEMPT_RT evidence shared by the imgbuild gate and the on-target `jitter`
 //! tool: one implementation of "is this kernel PREEMPT_RT".
 //!
-//! Everything here is a pure function over bytes or text; callers do the I/O.
+//! Everything here is a pure function over bytes or text; callers do the I/O
+//! (but for [`container::lock_cpu`], the per-CPU lock both tools share).
 //! [`jitter`] holds the data types of jitter's JSON report and of its
 //! `--progress` lines, which both read.
 
@@ -9,6 +10,7 @@
 pub mod bzimage;
 #[cfg(feature = "cli-docs")]
 pub mod cli_docs;
+pub mod container;
 pub mod elf;
 pub mod evidence;
 pub mod ikconfig;

@@ -1,6 +1,6 @@
-//! The command line of `emberrtos-device`, and of `emberrtos-update` (the
-//! same binary under that name: `emberrtos-update X` is
-//! `emberrtos-device update X`).
+//! The command line of `emberrtos-device`, and of its links
+//! `emberrtos-update` and `emberrtos-rt-run` (the same binary under those
+//! names: `emberrtos-update X` is `emberrtos-device update X`).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -12,8 +12,9 @@ use clap::{Args, Parser, Subcommand};
 
 use super::health::{self, checks::Builtin};
 use super::provision::{self, ProvisionOptions};
+use super::rt_run::{self, RtRunOptions};
 use super::system::{Access, System};
-use super::{UPDATE_NAME, rollback, status, upgrade};
+use super::{RT_RUN_NAME, UPDATE_NAME, rollback, status, upgrade};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -38,6 +39,40 @@ enum Command {
     /// on an rt trial boot the latency check; bless, reboot for the next
     /// try, or finish a rollback GRUB started.
     Health(HealthArgs),
+    /// Run a container on one isolated CPU of an RT deployment: pinned to
+    /// it, every capability dropped but SYS_NICE and IPC_LOCK, rtprio 99,
+    /// memlock unlimited, no new privileges, no network; one container per
+    /// CPU (also installed as `emberrtos-rt-run`).
+    RtRun(RtRunArgs),
+}
+
+#[derive(Args, Debug)]
+struct RtRunArgs {
+    /// The isolated CPU (default: the first one no RT container holds).
+    #[arg(long)]
+    cpu: Option<u32>,
+    /// The container's name.
+    #[arg(long)]
+    name: Option<String>,
+    /// Remove the container when it exits.
+    #[arg(long)]
+    rm: bool,
+    /// Start it in the background and print its ID.
+    #[arg(long, short = 'd')]
+    detach: bool,
+    /// KEY=VALUE in the container's environment (repeatable).
+    #[arg(long = "env", short = 'e', value_name = "KEY=VALUE")]
+    env: Vec<String>,
+    /// A bind mount, SRC:DEST[:OPTIONS] (repeatable); keep its I/O off the
+    /// RT path.
+    #[arg(long = "volume", short = 'v', value_name = "SRC:DEST")]
+    volumes: Vec<String>,
+    /// The image, from the local store (`podman import` or `podman load`
+    /// it): nothing is pulled.
+    image: String,
+    /// The command to run and its arguments.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    command: Vec<OsString>,
 }
 
 #[derive(Args, Debug)]
@@ -117,17 +152,20 @@ enum UpdateAction {
     },
 }
 
-/// The arguments clap sees: under the name `emberrtos-update`, `update` is
-/// inserted after the program name.
+/// The subcommand each link name stands for.
+const LINKS: [(&str, &str); 2] = [(UPDATE_NAME, "update"), (RT_RUN_NAME, "rt-run")];
+
+/// The arguments clap sees: under a link's name (`emberrtos-update`,
+/// `emberrtos-rt-run`), its subcommand is inserted after the program name.
 pub fn effective_args(args: Vec<OsString>) -> Vec<OsString> {
-    let invoked_as_update = args
-        .first()
-        .and_then(|arg0| Path::new(arg0).file_name())
-        .is_some_and(|name| name == UPDATE_NAME);
-    if !invoked_as_update {
+    let invoked_as = args.first().and_then(|arg0| Path::new(arg0).file_name());
+    let Some((name, subcommand)) = LINKS
+        .iter()
+        .find(|(name, _)| invoked_as.is_some_and(|invoked| invoked == *name))
+    else {
         return args;
-    }
-    let mut out = vec![OsString::from(UPDATE_NAME), OsString::from("update")];
+    };
+    let mut out = vec![OsString::from(name), OsString::from(subcommand)];
     out.extend(args.into_iter().skip(1));
     out
 }
@@ -152,6 +190,16 @@ fn run(cli: DeviceCli) -> Result<u8> {
             None => health::run(&args.sysroot.sysroot, args.no_reboot),
             Some(HealthCheck::Check { name }) => run_builtin(&args.sysroot.sysroot, name),
         },
+        Command::RtRun(args) => rt_run::run(&RtRunOptions {
+            cpu: args.cpu,
+            name: args.name,
+            remove: args.rm,
+            detach: args.detach,
+            env: args.env,
+            volumes: args.volumes,
+            image: args.image,
+            command: args.command,
+        }),
         Command::Update(args) => {
             let sysroot = &args.sysroot.sysroot;
             match args.action {
@@ -196,5 +244,24 @@ mod tests {
             })
         ));
         assert!(DeviceCli::try_parse_from(args(&["emberrtos-device", "update", "frobnicate"])).is_err());
+        let rt_run = effective_args(args(&[
+            "/usr/bin/emberrtos-rt-run",
+            "--cpu",
+            "1",
+            "img",
+            "loop",
+            "-x",
+        ]));
+        assert_eq!(
+            rt_run,
+            args(&["emberrtos-rt-run", "rt-run", "--cpu", "1", "img", "loop", "-x"])
+        );
+        match DeviceCli::try_parse_from(rt_run).unwrap().command {
+            Command::RtRun(parsed) => {
+                assert_eq!((parsed.cpu, parsed.image.as_str()), (Some(1), "img"));
+                assert_eq!(parsed.command, args(&["loop", "-x"]));
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

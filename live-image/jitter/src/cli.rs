@@ -95,6 +95,17 @@ pub struct Cli {
     /// ignored; --json, --svg, --save-cyclictest and --progress apply).
     #[arg(long, value_name = "DIR", conflicts_with_all = ["check", "check_kernel", "checkpoint_dir"])]
     pub resume: Option<PathBuf>,
+    /// After the host measurement, and under the same load, measure again
+    /// inside one container per RT CPU, started as emberrtos-rt-run starts
+    /// one (rootful podman: pinned to the CPU, SYS_NICE and IPC_LOCK only,
+    /// rtprio 99, no network), from IMAGE in the local store, which must
+    /// hold cyclictest. The report gets a `container` section.
+    #[arg(long, value_name = "IMAGE", conflicts_with_all = ["check", "check_kernel"])]
+    pub container: Option<String>,
+    /// With --container: the most latency, in microseconds, the container
+    /// may add to the host's worst case.
+    #[arg(long, value_name = "US", default_value_t = 10, requires = "container")]
+    pub container_budget: u64,
 }
 
 /// `--tool`.
@@ -121,6 +132,19 @@ fn check_combinations(cli: &Cli) -> Result<(), String> {
     }
     if timerlat && (cli.checkpoint_dir.is_some() || cli.resume.is_some()) {
         return Err("soaks (--checkpoint-dir, --resume) run cyclictest; drop --tool timerlat".into());
+    }
+    if cli.container.is_some() && (timerlat || cli.checkpoint_dir.is_some() || cli.resume.is_some()) {
+        return Err(
+            "--container measures one cyclictest run; drop --tool timerlat, --checkpoint-dir and --resume"
+                .into(),
+        );
+    }
+    if cli
+        .container
+        .as_deref()
+        .is_some_and(|image| image.is_empty() || image.starts_with('-'))
+    {
+        return Err("--container: give the name of an image in podman's local store".into());
     }
     Ok(())
 }
@@ -203,6 +227,13 @@ fn execute(cli: &Cli) -> Result<u8> {
         progress: cli.progress,
         tool: cli.tool.into(),
         trace_threshold_us: cli.trace_threshold,
+        container: cli
+            .container
+            .clone()
+            .map(|image| crate::container::ContainerOptions {
+                image,
+                budget_us: cli.container_budget,
+            }),
     };
     if let Some(dir) = &cli.checkpoint_dir {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -327,6 +358,32 @@ mod tests {
         let soak = check_combinations(&parse(&["--tool", "timerlat", "--checkpoint-dir", "/d"])).unwrap_err();
         assert!(soak.contains("soaks"), "{soak}");
         assert!(check_combinations(&parse(&["--tool", "timerlat", "--resume", "/d"])).is_err());
+    }
+
+    #[test]
+    fn container_options_on_the_command_line() {
+        let parse = |args: &[&str]| Cli::try_parse_from([&["jitter"], args].concat());
+        let run = parse(&["10", "--container", "localhost/rt-test"]).unwrap();
+        assert_eq!(
+            (run.container.as_deref(), run.container_budget),
+            (Some("localhost/rt-test"), 10)
+        );
+        assert_eq!(check_combinations(&run), Ok(()));
+        let budget = parse(&["--container", "img", "--container-budget", "25"]).unwrap();
+        assert_eq!(budget.container_budget, 25);
+        assert!(
+            parse(&["--container-budget", "25"]).is_err(),
+            "a budget without --container"
+        );
+        assert!(parse(&["--container", "img", "--check"]).is_err());
+        for refused in [
+            &["--container", "img", "--tool", "timerlat"][..],
+            &["--container", "img", "--checkpoint-dir", "/d"],
+            &["--container=-x"],
+        ] {
+            let problem = check_combinations(&parse(refused).unwrap()).unwrap_err();
+            assert!(problem.starts_with("--container"), "{refused:?}: {problem}");
+        }
     }
 
     #[test]

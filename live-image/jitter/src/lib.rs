@@ -7,6 +7,7 @@ pub mod checkpoint;
 pub mod child;
 pub mod cli;
 pub mod conformance;
+pub mod container;
 pub mod cpus;
 pub mod cyclictest;
 pub mod load;

@@ -3,7 +3,9 @@
 
 use std::fmt::Write as _;
 
-pub use rtcheck::jitter::{CoreStats, KernelInfo, Latency, Report, RunInfo, SCHEMA, Tool, Tuning};
+pub use rtcheck::jitter::{
+    Assessment, ContainerSection, CoreStats, KernelInfo, Latency, Report, RunInfo, SCHEMA, Tool, Tuning,
+};
 
 use crate::cyclictest::ThreadResult;
 
@@ -62,8 +64,7 @@ fn min_avg_max(latency: Option<&Latency>) -> String {
 /// One row per core: the latency figures, and with timerlat (whose row
 /// figures are the RT thread's latency in user space) the timer IRQ's and
 /// the thread's latency in the kernel.
-fn cores_table(out: &mut String, report: &Report) {
-    let timerlat = report.run.tool == Tool::Timerlat;
+fn cores_table(out: &mut String, cores: &[CoreStats], timerlat: bool) {
     let _ = write!(
         out,
         "{:>5} {:>10} {:>6} {:>8} {:>6} {:>7} {:>7} {:>9}",
@@ -75,7 +76,7 @@ fn cores_table(out: &mut String, report: &Report) {
         ""
     };
     let _ = writeln!(out, "{extra}");
-    for core in &report.cores {
+    for core in cores {
         let _ = write!(
             out,
             "{:>5} {:>10} {:>6} {:>8.1} {:>6} {:>7} {:>7} {:>9}",
@@ -135,7 +136,7 @@ pub fn table(report: &Report) -> String {
         let _ = writeln!(out, "load     none (--no-load)");
     }
     let _ = writeln!(out);
-    cores_table(&mut out, report);
+    cores_table(&mut out, &report.cores, report.run.tool == Tool::Timerlat);
     let _ = writeln!(out);
     for spike in &report.spikes {
         let _ = writeln!(out, "{}", crate::timerlat::spike_line(spike));
@@ -172,7 +173,39 @@ pub fn table(report: &Report) -> String {
     for warning in &report.assessment.warnings {
         let _ = writeln!(out, "WARN   {}: {}", warning.code, warning.detail);
     }
+    if let Some(container) = &report.container {
+        container_table(&mut out, container);
+    }
     out
+}
+
+/// The `--container` measurement, its verdict and the difference's.
+fn container_table(out: &mut String, container: &ContainerSection) {
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "container {} (one per RT CPU: pinned, SYS_NICE and IPC_LOCK only, rtprio 99, no network)",
+        container.image
+    );
+    cores_table(out, &container.cores, false);
+    let difference = &container.difference;
+    let worst_cpu = container
+        .assessment
+        .worst_cpu
+        .map_or("?".into(), |c| c.to_string());
+    let _ = writeln!(
+        out,
+        "container worst case: {} us on cpu {worst_cpu}; host {} us; the container adds {:+} us (container budget {} us)",
+        difference.container_worst_us, difference.host_worst_us, difference.extra_us, difference.budget_us
+    );
+    let _ = writeln!(
+        out,
+        "CONTAINER VERDICT: {}; DIFFERENCE: {}",
+        container.assessment.verdict, difference.verdict
+    );
+    for reason in &container.assessment.reasons {
+        let _ = writeln!(out, "  - {}: {}", reason.code, reason.detail);
+    }
 }
 
 #[cfg(test)]
@@ -206,6 +239,54 @@ mod tests {
             ),
             "{table}"
         );
+    }
+
+    #[test]
+    fn a_container_section_is_tabled_and_takes_part_in_the_verdict() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/jitter-report-2.json");
+        let mut report: Report = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let fixture = report.assessment.clone();
+        let pass = |worst_us| Assessment {
+            verdict: rtcheck::jitter::Verdict::Pass,
+            reasons: Vec::new(),
+            worst_us,
+            ..fixture.clone()
+        };
+        report.assessment = pass(20);
+        let options = crate::container::ContainerOptions {
+            image: "localhost/rt-test".into(),
+            budget_us: 10,
+        };
+        report.container = Some(crate::container::section(
+            &options,
+            vec![vec!["podman".into(), "run".into()]],
+            &[],
+            pass(35),
+            &report.assessment,
+        ));
+        let table = table(&report);
+        assert!(
+            table.contains("container localhost/rt-test (one per RT CPU"),
+            "{table}"
+        );
+        assert!(
+            table.contains("container worst case: 35 us on cpu 1; host 20 us; the container adds +15 us (container budget 10 us)"),
+            "{table}"
+        );
+        assert!(
+            table.contains("CONTAINER VERDICT: PASS; DIFFERENCE: FAIL"),
+            "{table}"
+        );
+        assert_eq!(
+            report.verdict(),
+            rtcheck::jitter::Verdict::Fail,
+            "the difference fails the run"
+        );
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["container"]["difference"]["extra_us"], 15);
+        assert_eq!(json["container"]["difference"]["verdict"], "FAIL");
+        let back: Report = serde_json::from_value(json).unwrap();
+        assert_eq!(back, report);
     }
 
     #[test]

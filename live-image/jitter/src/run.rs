@@ -13,6 +13,7 @@ use tempfile::NamedTempFile;
 use crate::checkpoint::{Checkpoint, SoakOptions, now_unix};
 use crate::child::die_with_jitter;
 use crate::conformance::{self, Conformance};
+use crate::container::{self, ContainerOptions};
 use crate::cpus::{CpuSet, isolated_by_cmdline};
 use crate::cyclictest::{self, RunParams, ThreadResult};
 use crate::load::{Load, pin_current_thread};
@@ -38,6 +39,8 @@ pub struct Options {
     pub tool: Tool,
     /// timerlat: stop and analyse at a latency of this many µs.
     pub trace_threshold_us: Option<u32>,
+    /// `--container`: measure again in RT containers.
+    pub container: Option<ContainerOptions>,
 }
 
 /// A program jitter needs that is not installed, and its Debian package.
@@ -234,17 +237,35 @@ fn run_cyclictest(
     housekeeping: &CpuSet,
     progress: Option<(u64, Option<SoakSoFar>)>,
 ) -> Result<CyclictestOutput> {
+    run_cyclictest_as(
+        Command::new("cyclictest").args(args),
+        MissingTool::rt_tests("cyclictest"),
+        (json_file, housekeeping),
+        progress,
+    )
+}
+
+/// Runs `command`, which runs cyclictest (in a container), to its end from
+/// the housekeeping CPUs, without progress; what cyclictest printed.
+pub(crate) fn run_tool_to_end(
+    command: &mut Command,
+    missing: MissingTool,
+    housekeeping: &CpuSet,
+) -> Result<String> {
+    Ok(run_cyclictest_as(command, missing, (None, housekeeping), None)?.stdout)
+}
+
+fn run_cyclictest_as(
+    command: &mut Command,
+    missing: MissingTool,
+    (json_file, housekeeping): (Option<&Path>, &CpuSet),
+    progress: Option<(u64, Option<SoakSoFar>)>,
+) -> Result<CyclictestOutput> {
     let worst = LiveWorst::default();
     let recorder = worst.clone();
     let read_stderr: StderrReader =
         Box::new(move |pipe| cyclictest::read_stderr(BufReader::new(pipe), |max| recorder.record(max)));
-    let output = run_tool(
-        Command::new("cyclictest").args(args),
-        MissingTool::rt_tests("cyclictest"),
-        housekeeping,
-        progress,
-        (worst, read_stderr),
-    );
+    let output = run_tool(command, missing, housekeeping, progress, (worst, read_stderr));
     let output = match output {
         Ok(output) => output,
         Err(error) => return Err(hint_privileges(error)),
@@ -451,29 +472,63 @@ pub(crate) fn stop_load(load: Option<Load>, prepared: &Prepared) -> LoadReport {
 
 /// Runs the whole measurement; keeps cyclictest's own output in
 /// `save_cyclictest` if given (opened by the caller before measuring).
+/// With `--container`, measures again in containers under the same load.
 pub fn run(options: &Options, save_cyclictest: Option<OutputFile>) -> Result<Report> {
     if options.tool == Tool::Timerlat {
         return crate::rtla::run(options, save_cyclictest);
     }
     let prepared = prepare(options)?;
+    let claim = options
+        .container
+        .as_ref()
+        .map(|_| container::claim(&prepared.rt_cpus))
+        .transpose()?;
     let plan = plan(options, &prepared, options.duration_s)?;
     let load = start_load(options, &prepared, options.duration_s, &plan.args)?;
     let progress = options.progress.then_some((options.duration_s, None));
     let measured = measure_once(plan, &prepared, progress);
+    let in_containers = match (&measured, &options.container) {
+        (Ok(_), Some(wanted)) if !INTERRUPTED.load(Ordering::SeqCst) => Some(container::measure(
+            wanted,
+            &run_params(options, &prepared, options.duration_s),
+        )),
+        _ => None,
+    };
     let load_report = stop_load(load, &prepared);
+    drop(claim);
     let measured = measured?;
+    let in_containers = in_containers.transpose()?;
     if let Some(file) = save_cyclictest {
         file.write(measured.stdout.as_bytes())?;
     }
-    Ok(build_report(
+    let mut report = build_report(
         options,
         &prepared.system,
-        (prepared.rt_cpus, prepared.housekeeping),
+        (prepared.rt_cpus.clone(), prepared.housekeeping.clone()),
         measured.args,
         load_report,
         &measured.threads,
         &prepared.checks,
-    ))
+    );
+    if let (Some(wanted), Some((threads, commands))) = (&options.container, in_containers) {
+        let inputs = Assessed {
+            system: &prepared.system,
+            rt_cpus: &prepared.rt_cpus,
+            load: &report.run.load,
+            checks: &prepared.checks,
+        };
+        let assessment = assess(options, &inputs, &threads);
+        report.container = Some(container::section(
+            wanted,
+            commands,
+            &threads,
+            assessment,
+            &report.assessment,
+        ));
+    } else if options.container.is_some() {
+        bail!("interrupted before the container measurement");
+    }
+    Ok(report)
 }
 
 /// The options a soak's checkpoint fixes, as measurement options.
@@ -490,6 +545,7 @@ pub fn soak_options(saved: &SoakOptions, progress: bool) -> Options {
         progress,
         tool: Tool::Cyclictest,
         trace_threshold_us: None,
+        container: None,
     }
 }
 
@@ -618,6 +674,34 @@ pub fn run_soak(
     Ok(report)
 }
 
+/// What a set of measured threads is judged with, besides the options.
+struct Assessed<'a> {
+    system: &'a SystemState,
+    rt_cpus: &'a CpuSet,
+    load: &'a LoadReport,
+    checks: &'a [Conformance],
+}
+
+/// The verdict on `threads`, measured on this system under this load.
+fn assess(options: &Options, inputs: &Assessed, threads: &[ThreadResult]) -> crate::report::Assessment {
+    let system = inputs.system;
+    verdict::assess(&verdict::Inputs {
+        kernel: &system.kernel,
+        rt_cpus: inputs.rt_cpus,
+        cmdline_isolated: &isolated_by_cmdline(&system.cmdline),
+        sysfs_isolated: &system.isolated,
+        irqs: &system.irqs,
+        governors: &system.governors,
+        hypervisor: system.hypervisor.as_deref(),
+        threads,
+        duration_s: options.duration_s,
+        interval_us: options.interval_us,
+        budget_us: options.budget_us,
+        load: inputs.load,
+        conformance: inputs.checks,
+    })
+}
+
 /// The report of one measurement: the assessment and every figure behind it
 /// (`checks` are the conformance checks run before measuring).
 pub fn build_report(
@@ -630,21 +714,13 @@ pub fn build_report(
     checks: &[Conformance],
 ) -> Report {
     let cmdline_isolated = isolated_by_cmdline(&system.cmdline);
-    let assessment = verdict::assess(&verdict::Inputs {
-        kernel: &system.kernel,
+    let inputs = Assessed {
+        system,
         rt_cpus: &rt_cpus,
-        cmdline_isolated: &cmdline_isolated,
-        sysfs_isolated: &system.isolated,
-        irqs: &system.irqs,
-        governors: &system.governors,
-        hypervisor: system.hypervisor.as_deref(),
-        threads,
-        duration_s: options.duration_s,
-        interval_us: options.interval_us,
-        budget_us: options.budget_us,
         load: &load_report,
-        conformance: checks,
-    });
+        checks,
+    };
+    let assessment = assess(options, &inputs, threads);
     let irqs_on_rt_cpus = system
         .irqs
         .iter()
@@ -699,6 +775,7 @@ pub fn build_report(
         tail: Some(tail_of(&cores, options)),
         soak: None,
         spikes: Vec::new(),
+        container: None,
         cores,
         assessment,
     }
@@ -734,6 +811,7 @@ mod tests {
             progress: false,
             tool: Tool::Cyclictest,
             trace_threshold_us: None,
+            container: None,
         }
     }
 

@@ -162,11 +162,14 @@ fn install_stripped(root: &ImageRoot, binary: &Path, dest: &Path) -> Result<()> 
 }
 
 /// Installs `emberrtos-device` (stripped, about 4 MiB) and its
-/// `emberrtos-update` name.
+/// `emberrtos-update` and `emberrtos-rt-run` names.
 fn install_device_tool(root: &ImageRoot, binary: &Path) -> Result<()> {
     install_stripped(root, binary, Path::new(device::INSTALL_PATH))?;
     let target = Path::new("/").join(device::INSTALL_PATH);
-    root.symlink(Path::new(device::UPDATE_LINK), &target)
+    for link in [device::UPDATE_LINK, device::RT_RUN_LINK] {
+        root.symlink(Path::new(link), &target)?;
+    }
+    Ok(())
 }
 
 /// The kernel arguments and build facts tools on the device read.
@@ -276,9 +279,12 @@ mod tests {
             assert!(meta.len() < built, "{path}: {} of {built} bytes", meta.len());
             assert_eq!(meta.permissions().mode() & 0o777, 0o755, "{path}");
         }
-        assert_eq!(
-            std::fs::read_link(dir.path().join(device::UPDATE_LINK)).unwrap(),
-            Path::new("/").join(device::INSTALL_PATH)
-        );
+        for link in [device::UPDATE_LINK, device::RT_RUN_LINK] {
+            assert_eq!(
+                std::fs::read_link(dir.path().join(link)).unwrap(),
+                Path::new("/").join(device::INSTALL_PATH),
+                "{link}"
+            );
+        }
     }
 }
