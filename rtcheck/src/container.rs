@@ -147,6 +147,37 @@ pub fn parse_listing(json: &str) -> Result<Vec<Container>, ListError> {
         .collect()
 }
 
+/// Why [`list_rt_containers`] has no listing.
+#[derive(Debug, thiserror::Error)]
+pub enum ListFailure {
+    /// podman could not be run (`NotFound`: it is not installed).
+    #[error("running podman")]
+    Spawn(#[source] std::io::Error),
+    #[error("podman ps failed ({status}): {stderr}")]
+    Failed {
+        status: std::process::ExitStatus,
+        stderr: String,
+    },
+    #[error(transparent)]
+    Parse(#[from] ListError),
+}
+
+/// Every container labelled for an RT CPU, as podman lists them now.
+pub fn list_rt_containers() -> Result<Vec<Container>, ListFailure> {
+    let output = std::process::Command::new("podman")
+        .args(list_args())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(ListFailure::Spawn)?;
+    if !output.status.success() {
+        return Err(ListFailure::Failed {
+            status: output.status,
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
+        });
+    }
+    Ok(parse_listing(&String::from_utf8_lossy(&output.stdout))?)
+}
+
 /// The containers of `listed` that hold `cpu`.
 pub fn holders(listed: &[Container], cpu: u32) -> Vec<Container> {
     listed

@@ -16,7 +16,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, bail};
-use rtcheck::container::{self, Container, Refusal, Running};
+use rtcheck::container::{self, Container, ListFailure, Refusal, Running};
 
 use crate::error::exit;
 
@@ -138,9 +138,10 @@ fn create_args(cpu: u32, options: &RtRunOptions) -> Vec<OsString> {
 
 /// Every container labelled for an RT CPU.
 fn list_rt_containers() -> Result<Vec<Container>> {
-    let args: Vec<OsString> = container::list_args().into_iter().map(OsString::from).collect();
-    let text = podman_output(&args).context("listing the RT containers")?;
-    Ok(container::parse_listing(&text)?)
+    container::list_rt_containers().map_err(|failure| match failure {
+        ListFailure::Spawn(error) => podman_missing(error),
+        failure => anyhow::Error::new(failure).context("listing the RT containers"),
+    })
 }
 
 fn podman() -> Command {

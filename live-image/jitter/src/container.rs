@@ -7,7 +7,7 @@ use std::fs::File;
 use std::process::Command;
 
 use anyhow::{Context, Result, anyhow};
-use rtcheck::container::{self, Refusal};
+use rtcheck::container::{self, ListFailure, Refusal};
 use rtcheck::jitter::{Assessment, ContainerSection, CoreStats, Difference};
 
 use crate::cpus::CpuSet;
@@ -37,30 +37,14 @@ pub fn claim(rt_cpus: &CpuSet) -> Result<Claim> {
             .ok_or(Refusal::Locked { cpu })?;
         locks.push(lock);
     }
-    let listing = podman(&container::list_args())
-        .output()
-        .map_err(|e| missing_podman(e.kind()).unwrap_or_else(|| anyhow!(e)))?;
-    if !listing.status.success() {
-        anyhow::bail!(
-            "podman ps failed: {}",
-            String::from_utf8_lossy(&listing.stderr).trim()
-        );
-    }
-    let listed = container::parse_listing(&String::from_utf8_lossy(&listing.stdout))?;
+    let listed = container::list_rt_containers().map_err(|failure| match failure {
+        ListFailure::Spawn(e) if e.kind() == std::io::ErrorKind::NotFound => anyhow!(podman_tool()),
+        failure => anyhow!(failure).context("listing the RT containers"),
+    })?;
     for cpu in rt_cpus.iter() {
         container::check_free(cpu, &listed)?;
     }
     Ok(Claim { _locks: locks })
-}
-
-fn podman(args: &[String]) -> Command {
-    let mut command = Command::new("podman");
-    command.args(args);
-    command
-}
-
-fn missing_podman(kind: std::io::ErrorKind) -> Option<anyhow::Error> {
-    (kind == std::io::ErrorKind::NotFound).then(|| anyhow!(podman_tool()))
 }
 
 fn podman_tool() -> MissingTool {
@@ -71,11 +55,16 @@ fn podman_tool() -> MissingTool {
     }
 }
 
+/// The set holding `cpu` alone.
+fn just(cpu: u32) -> CpuSet {
+    CpuSet::parse(&cpu.to_string()).expect("a CPU number is a CPU list")
+}
+
 /// The podman command line for the container on `cpu`: the RT profile, the
 /// image, and cyclictest measuring that CPU alone (its main thread too: the
 /// container has no other CPU).
 pub fn command_line(image: &str, params: &RunParams, cpu: u32) -> Vec<String> {
-    let only = CpuSet::parse(&cpu.to_string()).expect("a CPU number is a CPU list");
+    let only = just(cpu);
     let one_cpu = RunParams {
         rt_cpus: only.clone(),
         housekeeping: only,
@@ -137,7 +126,7 @@ fn measure_one(command: &[String], cpu: u32, housekeeping: &CpuSet) -> Result<Ve
     .with_context(|| format!("measuring CPU {cpu} in a container"))?;
     let text = cyclictest::parse_histogram(&stdout)
         .with_context(|| format!("parsing the histogram cyclictest printed in the container on CPU {cpu}"))?;
-    let only = CpuSet::parse(&cpu.to_string()).expect("a CPU number is a CPU list");
+    let only = just(cpu);
     Ok(cyclictest::combine(text, None, &only))
 }
 
