@@ -1,4 +1,4 @@
-//! Command-line interface (the CLI contract of DESIGN.md).
+//! Command-line interface (the CLI contract: exit codes in docs/ARCHITECTURE.md, "The device contract").
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -11,10 +11,8 @@ use clap::{ArgGroup, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use crate::cache::{Cache, remote};
 use crate::commands::config_medium::{self, MediumOptions};
 use crate::commands::{diff, publish, vm};
-use crate::error::{BadInput, exit, exit_code};
 use crate::ostree;
 use crate::pipeline::{self, PipelineReport};
-use crate::provision::ProvisionError;
 use crate::qualify;
 use crate::recipe::{DiskFormat, Recipe, Remote};
 use crate::sbom;
@@ -26,6 +24,8 @@ use crate::stages::fetch::FetchOptions;
 use crate::stages::kernel::compiler::{self, CompilerFlags};
 use crate::stages::verify;
 use crate::ui::Ui;
+use emberrtos_contract::error::{BadInput, exit, exit_code};
+use emberrtos_contract::provision::ProvisionError;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -360,7 +360,7 @@ pub struct DiskArgs {
 
 /// Parses the command line, runs it and maps the result to the exit code.
 pub fn main() -> ExitCode {
-    crate::error::finish(parse(), run)
+    emberrtos_contract::error::finish(parse(), run)
 }
 
 /// `Cli::try_parse`, with the version (`-V`, `--version`) built at run

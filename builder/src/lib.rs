@@ -1,7 +1,8 @@
 //! imgbuild: builds an immutable Linux OS whose RT flavor runs a mainline
 //! PREEMPT_RT kernel, and refuses to tag anything it cannot prove is RT.
 //!
-//! `device` is the side that runs on the OS itself (`emberrtos-device`).
+//! The device agent is its own crate (`emberrtos-device`); the rules both
+//! sides share are the commit contract (`emberrtos-contract`).
 //! `stages` holds one module per pipeline stage, `pipeline` chains them
 //! through the stage protocol in `stage`, `commands` holds the commands that
 //! are not stages, and `io` the stage-agnostic helpers, among them the
@@ -10,12 +11,9 @@
 pub mod cache;
 pub mod cli;
 pub mod commands;
-pub mod device;
-pub mod error;
 pub mod io;
 pub mod ostree;
 pub mod pipeline;
-pub mod provision;
 pub mod qualify;
 pub mod recipe;
 pub mod sbom;
@@ -23,6 +21,5 @@ pub mod stage;
 pub mod stages;
 pub mod tool;
 pub mod transport;
-pub mod tree;
 pub mod ui;
 pub mod version;

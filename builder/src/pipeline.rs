@@ -7,7 +7,8 @@ use std::time::Instant;
 use anyhow::{Context as _, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::cache::{Cache, write_file_atomic};
+use crate::cache::Cache;
+use crate::io::atomic::write_file_atomic;
 use crate::io::hashing::{sha256_file, sha256_hex, sha256_tree};
 use crate::ostree;
 use crate::recipe::{ConfigBase, Flavor, Recipe, RootfsBase};

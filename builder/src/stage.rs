@@ -16,7 +16,7 @@ use anyhow::{Context as _, Result};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::cache::write_file_atomic;
+use crate::io::atomic::write_file_atomic;
 use crate::io::hashing::sha256_hex;
 use crate::ui::Ui;
 

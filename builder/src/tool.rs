@@ -9,7 +9,7 @@ use std::process::{Command, Output, Stdio};
 
 use anyhow::{Context, Result, bail};
 
-use crate::error::MissingTool;
+use emberrtos_contract::error::MissingTool;
 
 /// The Debian package that provides each host tool imgbuild runs (the
 /// packages' relations in builder/Cargo.toml must cover each: see

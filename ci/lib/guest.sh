@@ -1,13 +1,13 @@
-# Sourced by the VM tiers (ci/qualify, ci/device): boots an image with
-# `imgbuild vm` in the background and drives the guest with a real OpenSSH
-# client. QEMU goes with imgbuild on every path (imgbuild kills it on
-# SIGTERM); `vm_stop` powers the guest off in order.
+# Sourced by the VM tiers (ci/qualify, ci/device), after ci/lib/common.sh
+# (fail, now): boots an image with `imgbuild vm` in the background and
+# drives the guest with a real OpenSSH client. QEMU goes with imgbuild on
+# every path (imgbuild kills it on SIGTERM); `vm_stop` powers the guest off
+# in order.
 #
-# The caller sets: bin (imgbuild), key (a private key, mode 600) and defines
-# fail MESSAGE. The EXIT trap kills a VM still running, then runs the
-# caller's `on_exit` if it set one.
-
-now() { date +%s; }
+# The caller sets: bin (imgbuild), key (a private key, mode 600). The EXIT
+# trap kills a VM still running, then runs the caller's `on_exit` if it set
+# one.
+# shellcheck shell=sh
 
 # vm_start DIR IMAGE [imgbuild vm options]: boots IMAGE under UEFI, console
 # in DIR/console.log. Sets vm_pid, vm_port, vm_dir, vm_started, and keeps
@@ -19,9 +19,10 @@ vm_start() {
     vm_options="$*"
     mkdir -p "$vm_dir"
     vm_started=$(now)
-    "$bin" vm "$vm_image" --uefi --console "$vm_dir/console.log" "$@" \
+    "${bin:?the caller sets bin}" vm "$vm_image" --uefi --console "$vm_dir/console.log" "$@" \
         > "$vm_dir/vm.stdout" 2> "$vm_dir/vm.stderr" &
     vm_pid=$!
+    # shellcheck disable=SC2154 # on_exit is the caller's, and optional
     trap 'vm_kill; ${on_exit:-:}' EXIT
     trap 'exit 1' INT TERM
     vm_port=
@@ -50,7 +51,7 @@ vm_kill() {
 # busy, and 5 s timed out in CI); the polls for a guest that may be down
 # probe with 5 s.
 guest() {
-    timeout "${guest_timeout:-900}" ssh -i "$key" -p "$vm_port" -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null \
+    timeout "${guest_timeout:-900}" ssh -i "${key:?the caller sets key}" -p "$vm_port" -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null \
         -o BatchMode=yes -o ConnectTimeout="${guest_connect_timeout:-30}" -o ServerAliveInterval=5 -o ServerAliveCountMax=4 \
         -o LogLevel=ERROR root@127.0.0.1 "$@"
 }
@@ -124,6 +125,7 @@ ssh_answers() { guest_connect_timeout=5 guest true 2>/dev/null; }
 # vm_start are in ssh_seconds.
 wait_ssh() {
     poll_guest "$1" "SSH" ssh_answers
+    # shellcheck disable=SC2034 # for the caller
     ssh_seconds=$(( $(now) - vm_started ))
 }
 
@@ -149,6 +151,7 @@ reboot_guest() {
     t_reboot=$(now)
     guest 'systemctl reboot' 2>/dev/null || true
     poll_guest "$1" "new boot" booted_again
+    # shellcheck disable=SC2034 # for the caller
     reboot_seconds=$(( $(now) - t_reboot ))
 }
 
@@ -179,5 +182,6 @@ console_has() { [ "$(console_count "$2")" -ge "$1" ]; }
 wait_console() {
     t_console=$(now)
     poll_guest "$1" "console line \"$2\"" console_has "${3:-1}" "$2"
+    # shellcheck disable=SC2034 # for the caller
     console_seconds=$(( $(now) - t_console ))
 }

@@ -1,12 +1,9 @@
-# Sourced by the CI tiers: static HTTP servers on 127.0.0.1 (Debian's
-# `python3 -m http.server`), each killed by stop_servers. The caller
-# defines fail MESSAGE and calls stop_servers on exit.
+# Sourced by the CI tiers, after ci/lib/common.sh (fail, free_port): static
+# HTTP servers on 127.0.0.1 (Debian's `python3 -m http.server`), each killed
+# by stop_servers. The caller calls stop_servers on exit.
 # shellcheck shell=sh
 
 servers=
-
-# free_port: a TCP port on 127.0.0.1 that nothing listens on now.
-free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 # serve DIR PORT LOG: serves DIR on 127.0.0.1:PORT; returns once it answers.
 serve() {

@@ -4,5 +4,5 @@
 use clap::CommandFactory;
 
 fn main() -> std::process::ExitCode {
-    rtcheck::cli_docs::generator_main(imgbuild::cli::Cli::command())
+    cli_docs::generator_main(imgbuild::cli::Cli::command())
 }

@@ -21,8 +21,8 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use super::Cache;
+use super::download::{self as fetch, FetchOptions};
 use crate::io::hashing::is_sha256_hex;
-use crate::stages::fetch::{self, FetchOptions};
 use crate::ui::Ui;
 
 /// The areas the remote serves: kernels (dirs) and rootfs bases (tar files).

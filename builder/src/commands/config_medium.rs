@@ -1,5 +1,5 @@
-//! `imgbuild config-medium`: writes the configuration medium of DESIGN.md's
-//! "Device contract", a small FAT image labelled [`LABEL`] that holds
+//! `imgbuild config-medium`: writes the configuration medium (docs/ARCHITECTURE.md,
+//! "The device contract"), a small FAT image labelled [`LABEL`] that holds
 //! `emberrtos/provision.yaml` (the validated file, byte for byte) and, when
 //! `update-remote.gpg-key` names one, the publisher's key beside it.
 //!
@@ -20,22 +20,17 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::io::hashing::sha256_file;
-use crate::io::root::ImageRoot;
-use crate::provision::{self, Flavor, LABEL, MEDIUM_FILE, Provision, ProvisionError};
 use crate::tool;
+use emberrtos_contract::io::root::ImageRoot;
+use emberrtos_contract::provision::{self, Flavor, LABEL, MEDIUM_FILE, Provision, ProvisionError};
 
 /// The image size: 8 MiB, FAT12 with 2 KiB clusters, room for the file and
 /// a few keys, small enough to `dd` to any stick.
 pub const IMAGE_SIZE: u64 = 8 * 1024 * 1024;
 /// The image's sectors (512 bytes), as mformat takes them.
 const SECTORS: u64 = IMAGE_SIZE / 512;
-/// The largest `provision.yaml` or key file accepted.
-pub const MAX_INPUT_BYTES: u64 = 1024 * 1024;
-/// FAT's first representable time, 1980-01-01T00:00:00Z: the timestamp of
-/// every entry when `SOURCE_DATE_EPOCH` is not set.
-pub const DEFAULT_EPOCH: u64 = 315_532_800;
-/// FAT's last representable time, 2107-12-31T23:59:58Z.
-pub const LAST_FAT_EPOCH: u64 = 4_354_819_198;
+use crate::stages::disk::filesystem::{FAT_FIRST_EPOCH as DEFAULT_EPOCH, LAST_FAT_EPOCH};
+pub use emberrtos_contract::provision::MAX_INPUT_BYTES;
 
 const GPG_KEY_FIELD: &str = "update-remote.gpg-key";
 

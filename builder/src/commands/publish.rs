@@ -721,7 +721,7 @@ fn copy_delta(
     let name = delta.name();
     let rel = delta_dir(delta.from.as_deref(), &delta.to)?;
     let local_dir = source.join(&rel);
-    let delta_bytes = crate::io::root::tree_size(&local_dir)?.0;
+    let delta_bytes = emberrtos_contract::io::root::tree_size(&local_dir)?.0;
     let object_bytes = objects_bytes(repo, source, delta.from.as_deref(), &delta.to)?;
     if delta_bytes >= object_bytes {
         ui.note(format!(

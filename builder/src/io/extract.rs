@@ -19,7 +19,7 @@ use std::rc::Rc;
 
 use anyhow::{Context, Result, bail};
 
-use crate::cache::place_dir;
+use crate::io::atomic::place_dir;
 use crate::ui::Ui;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -10,9 +10,7 @@ use sha2::{Digest, Sha256};
 
 const CHUNK: usize = 1 << 20;
 
-pub fn sha256_hex(data: impl AsRef<[u8]>) -> String {
-    hex::encode(Sha256::digest(data.as_ref()))
-}
+pub use emberrtos_contract::io::sha256_hex;
 
 /// Hashes everything `reader` yields, reporting bytes to `progress`.
 pub fn sha256_reader(mut reader: impl Read, progress: Option<&ProgressBar>) -> io::Result<(String, u64)> {

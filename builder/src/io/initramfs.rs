@@ -12,7 +12,7 @@ use std::path::{Component, Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use rtcheck::kconfig::Config;
 
-use crate::io::root::ImageRoot;
+use emberrtos_contract::io::root::ImageRoot;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Data {

@@ -1,13 +1,14 @@
 //! Stage-agnostic helpers: the confined root (every write into an image
 //! tree), hashing, archive extraction, initramfs writing, QEMU.
 
+pub mod atomic;
 pub mod extract;
 pub mod gpg;
 pub mod hashing;
 pub mod initramfs;
 pub mod qemu;
 pub mod records;
-pub mod root;
+pub use emberrtos_contract::io::root;
 
 /// The filesystem type (`statfs`'s `f_type`, e.g. `libc::TMPFS_MAGIC`) of
 /// the filesystem holding `dir`.

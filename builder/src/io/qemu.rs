@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::error::MissingTool;
 use crate::tool;
+use emberrtos_contract::error::MissingTool;
 
 pub const QEMU: &str = "qemu-system-x86_64";
 pub const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
-use crate::io::root::ImageRoot;
+use emberrtos_contract::io::root::ImageRoot;
 
 /// The largest record or signature file read or written: 16 MiB.
 pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
-use rtcheck::jitter::{Progress, Report, Verdict};
+use rtreport::report::{Progress, Report, Verdict};
 
 use super::ssh::{Limits, Session};
 use super::{Expected, clean, clean_lines};

@@ -20,7 +20,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, anyhow, bail};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
-use rtcheck::jitter::Progress;
+use rtreport::report::Progress;
 use serde::Serialize;
 
 use self::measure::{Measurement, Run};
@@ -28,13 +28,13 @@ use self::probe::Probe;
 use self::record::{HostKeyRecord, KernelIdentity, Record, TargetRecord};
 use self::ssh::{Limits, Session, SshOptions};
 use self::target::Target;
-use crate::error::{Refused, exit};
 use crate::io::gpg;
 use crate::io::records::RecordKind;
-use crate::io::root::ImageRoot;
 use crate::ostree;
-use crate::stages::verify::committed;
 use crate::ui::Ui;
+use emberrtos_contract::error::{Refused, exit};
+use emberrtos_contract::gate;
+use emberrtos_contract::io::root::ImageRoot;
 
 /// Text from a target or a record, made safe to show and store: control
 /// characters and bidirectional overrides dropped, trimmed, at most 256
@@ -73,8 +73,8 @@ pub fn expected_kernel(repo: &Path, ref_name: &str, stage: &str) -> Result<Expec
     let repository = ostree::open(repo)?;
     let commit = ostree::resolve(&repository, ref_name)?
         .ok_or_else(|| anyhow!("no ref {ref_name} in {}", repo.display()))?;
-    committed::gate_commit_as(&repository, ref_name, &commit, stage, "nothing was done")?;
-    let kernel = committed::verify_committed_kernel(&repository, &commit)?;
+    gate::gate_commit_as(&repository, ref_name, &commit, stage, "nothing was done")?;
+    let kernel = gate::verify_committed_kernel(&repository, &commit)?;
     Ok(Expected {
         commit,
         ref_name: ref_name.to_string(),

@@ -11,12 +11,12 @@ use serde::Serialize;
 
 use super::record::{self, Record};
 use super::{clean, expected_kernel, short};
-use crate::error::{BadInput, Refused};
 use crate::io::gpg::{self, Verification};
 use crate::io::hashing::sha256_hex;
 use crate::io::records::{self, RecordKind, StoredRecord};
 use crate::ostree;
 use crate::ui::Ui;
+use emberrtos_contract::error::{BadInput, Refused};
 
 pub const SCHEMA: &str = "promotion/1";
 

@@ -61,7 +61,7 @@ pub struct Record {
     pub report: serde_json::Value,
 }
 
-pub use rtcheck::utc::rfc3339;
+pub use rtreport::utc::rfc3339;
 
 /// The record's file name: platform, start time and target, so two machines
 /// of one model qualified in the same second do not collide. A long host

@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::{ConfigBase, Flavor, Kernel, RawRecipe, Recipe, Rootfs, RootfsBase, Source, normalize};
-use crate::device::policy::HealthPolicy;
 use crate::io::hashing::sha256_hex;
+use emberrtos_contract::policy::HealthPolicy;
 
 /// Bumped whenever the serialization below changes meaning.
 const SCHEMA: u32 = 2;

@@ -11,20 +11,20 @@
 //! each section into its validated form, `outputs` keeps outputs away from
 //! inputs, and `identity` hashes what defines the image.
 
+pub mod distcc;
 mod identity;
-mod locate;
 mod outputs;
 mod schema;
 mod sections;
-pub mod syntax;
+pub use emberrtos_contract::syntax;
 
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::device::policy::HealthPolicy;
-pub use locate::{Locations, Position, fmt_field_error, locate};
+use emberrtos_contract::policy::HealthPolicy;
+pub use emberrtos_contract::yaml::{Locations, Position, fmt_field_error, locate, split_yaml_error};
 pub use schema::{
     DiskFormat, Flavor, RawCcache, RawDevice, RawDisk, RawDistcc, RawHealth, RawKernel, RawKernelBuild,
     RawLive, RawOstree, RawRecipe, RawRemote, RawRootfs, RawRootfsBase, RawRt, RawSource,
@@ -43,13 +43,7 @@ pub struct RecipeError {
 
 impl fmt::Display for RecipeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        crate::recipe::locate::fmt_field_error(
-            f,
-            self.file.display(),
-            self.position,
-            &self.field,
-            &self.message,
-        )
+        fmt_field_error(f, self.file.display(), self.position, &self.field, &self.message)
     }
 }
 
@@ -230,26 +224,6 @@ pub fn normalize(path: &Path) -> PathBuf {
         }
     }
     out
-}
-
-/// Splits a yaml_serde message `path: message at line L column C` into the
-/// field path and the bare message (shared with the provision parser).
-pub(crate) fn split_yaml_error(message: &str) -> (String, String) {
-    let message = match message.rfind(" at line ") {
-        Some(at) => &message[..at],
-        None => message,
-    };
-    match message.split_once(": ") {
-        Some((field, rest))
-            if !field.is_empty()
-                && field
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"-_.[]".contains(&b)) =>
-        {
-            (field.to_string(), rest.to_string())
-        }
-        _ => (String::new(), message.to_string()),
-    }
 }
 
 /// The schema form, or the deserializer's error with its position.

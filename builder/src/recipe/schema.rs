@@ -4,25 +4,9 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::device::policy::OnInvalid;
+use emberrtos_contract::policy::OnInvalid;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Flavor {
-    /// PREEMPT_RT kernel: the RT gate applies.
-    Rt,
-    /// General-purpose kernel.
-    Standard,
-}
-
-impl fmt::Display for Flavor {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Flavor::Rt => "rt",
-            Flavor::Standard => "standard",
-        })
-    }
-}
+pub use emberrtos_contract::flavor::Flavor;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]

@@ -6,6 +6,7 @@ use std::fmt::Display;
 use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 
+use super::distcc::DistccHosts;
 use super::syntax::{self, Verdict};
 use super::{
     ConfigBase, Disk, Flavor, Kernel, KernelBuild, Live, Locations, Ostree, RawDevice, RawDisk, RawKernel,
@@ -13,9 +14,8 @@ use super::{
     RootfsBase, Source, normalize,
 };
 use super::{RawCcache, RawDistcc, RawKernelBuild};
-use crate::device::policy::{self, HealthPolicy};
 use crate::io::hashing::is_sha256_hex;
-use crate::stages::kernel::compiler::DistccHosts;
+use emberrtos_contract::policy::{self, HealthPolicy};
 
 /// The mmdebstrap variants.
 const VARIANTS: &[&str] = &[

@@ -1,6 +1,6 @@
 use super::*;
-use crate::device::policy::HealthPolicy;
 use crate::io::hashing::is_sha256_hex;
+use emberrtos_contract::policy::HealthPolicy;
 
 const SHA: &str = "6b2e8f8a2f5c1c4a3a4d3f0b5e9e1c2d3f4a5b6c7d8e9f0a1b2c3d4e5f6a7b8c";
 
@@ -735,7 +735,7 @@ fn health_policy_defaults_to_the_policys_own() {
 
 #[test]
 fn health_policy_takes_each_field_from_device_and_rt() {
-    use crate::device::policy::OnInvalid;
+    use emberrtos_contract::policy::OnInvalid;
     let default = HealthPolicy::default();
     let cases = [
         (

@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 
 use super::{Binary, HashedFile, KernelFacts, PATH_IN_TREE, SbomInputs};
-use crate::io::root::ImageRoot;
+use emberrtos_contract::io::root::ImageRoot;
 
 /// What the recipe and the fetch stage say of a build.
 pub struct BuildFacts<'a> {
@@ -86,13 +86,13 @@ pub fn write_into_tree(tree: &Path, facts: &BuildFacts) -> Result<WrittenSbom> {
     let binaries = vec![
         Binary {
             name: "emberrtos-device",
-            crate_name: "imgbuild",
-            file: HashedFile::in_tree(&root, crate::device::INSTALL_PATH)?,
+            crate_name: "emberrtos-device",
+            file: HashedFile::in_tree(&root, emberrtos_contract::paths::INSTALL_PATH)?,
         },
         Binary {
             name: "jitter",
             crate_name: "jitter",
-            file: HashedFile::in_tree(&root, crate::device::JITTER_INSTALL_PATH)?,
+            file: HashedFile::in_tree(&root, emberrtos_contract::paths::JITTER_INSTALL_PATH)?,
         },
     ];
     let inputs = SbomInputs {

@@ -17,21 +17,25 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use sha2::Digest;
 
-use crate::io::root::ImageRoot;
 use document::{Checksum, Document, ExtractedLicense, File, Package, Relationship, element_id};
 use dpkg::InstalledPackage;
+use emberrtos_contract::io::root::ImageRoot;
 
 /// Where a commit's SBOM is in its tree.
 pub const PATH_IN_TREE: &str = "usr/share/emberrtos/sbom.spdx.json";
 /// The commit metadata key holding the SBOM's sha256.
-pub const METADATA_KEY: &str = "imgbuild.sbom.sha256";
+pub const METADATA_KEY: &str = emberrtos_contract::commit::key::SBOM_SHA256;
 
 const CARGO_LOCK: &str = include_str!("../../../Cargo.lock");
 /// The workspace members' manifests, for their dev-only dependencies.
 const MANIFESTS: &[(&str, &str)] = &[
     ("imgbuild", include_str!("../../Cargo.toml")),
+    ("emberrtos-contract", include_str!("../../../contract/Cargo.toml")),
+    ("emberrtos-device", include_str!("../../../device/Cargo.toml")),
     ("jitter", include_str!("../../../live-image/jitter/Cargo.toml")),
     ("rtcheck", include_str!("../../../rtcheck/Cargo.toml")),
+    ("rtreport", include_str!("../../../rtreport/Cargo.toml")),
+    ("cli-docs", include_str!("../../../cli-docs/Cargo.toml")),
 ];
 const OS_ID: &str = "SPDXRef-OS";
 const KERNEL_ID: &str = "SPDXRef-kernel-linux";
@@ -175,8 +179,8 @@ pub fn read_from_commit(repo: &ostree::Repo, info: &crate::ostree::CommitInfo) -
         .with_context(|| {
             format!("commit {checksum} records no SBOM ({METADATA_KEY}): built before SBOMs were made")
         })?;
-    let (root, _) = crate::tree::commit_root(repo, checksum)?;
-    let bytes = crate::tree::read_regular(&root, PATH_IN_TREE, MAX_TEXT_BYTES)?
+    let (root, _) = emberrtos_contract::tree::commit_root(repo, checksum)?;
+    let bytes = emberrtos_contract::tree::read_regular(&root, PATH_IN_TREE, MAX_TEXT_BYTES)?
         .with_context(|| format!("commit {checksum} has no /{PATH_IN_TREE}"))?;
     let sha256 = crate::io::hashing::sha256_hex(&bytes);
     if sha256 != recorded {
@@ -450,7 +454,7 @@ impl Builder {
             ),
             document_namespace: String::new(),
             creation_info: document::CreationInfo {
-                created: rtcheck::utc::rfc3339(inputs.epoch),
+                created: rtreport::utc::rfc3339(inputs.epoch),
                 creators: vec![format!("Tool: imgbuild-{}", env!("CARGO_PKG_VERSION"))],
             },
             packages: self.packages,

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use rtcheck::Evidence;
-use rtcheck::jitter::Report as JitterReport;
+use rtreport::report::Report as JitterReport;
 use serde::{Deserialize, Serialize};
 
 pub use crate::io::qemu::Accel;
@@ -434,12 +434,12 @@ mod tests {
             panic!("{:?}", console.jitter);
         };
         assert_eq!(*exit, Some(4));
-        assert_eq!(report.verdict(), rtcheck::jitter::Verdict::Invalid);
+        assert_eq!(report.verdict(), rtreport::report::Verdict::Invalid);
         assert_eq!(report.assessment.worst_us, 1431);
         assert_eq!(report.tuning.rt_cpus.to_string(), "1");
         let codes: Vec<_> = report.assessment.reasons.iter().map(|r| r.code).collect();
         assert!(
-            codes.contains(&rtcheck::jitter::ReasonCode::Hypervisor),
+            codes.contains(&rtreport::report::ReasonCode::Hypervisor),
             "{codes:?}"
         );
 

@@ -9,11 +9,11 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::cache::{Cache, write_file_atomic};
+use crate::cache::Cache;
+use crate::io::atomic::write_file_atomic;
 use crate::io::extract::{ExtractOptions, extract_tarball};
 use crate::io::hashing::sha256_file;
 use crate::io::initramfs::{self, Archive};
-use crate::io::root::{ImageRoot, tree_size};
 use crate::recipe::RootfsBase;
 use crate::sbom::{
     self,
@@ -23,6 +23,7 @@ use crate::stages::fetch::FetchOptions;
 use crate::stages::rootfs::{KernelFiles, base, overlay, secrets};
 use crate::tool;
 use crate::ui::Ui;
+use emberrtos_contract::io::root::{ImageRoot, tree_size};
 
 /// The package list inside the live rootfs directory (not copied into the image).
 pub const PACKAGES_FILE: &str = "packages";

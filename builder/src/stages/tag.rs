@@ -9,11 +9,12 @@ use anyhow::Result;
 use rtcheck::{CheckId, Evidence, RequiredFor};
 use serde::{Deserialize, Serialize};
 
-use crate::error::Refused;
 use crate::ostree::{self, MetaValue, Metadata};
 use crate::recipe::Flavor;
 use crate::stages::commit::{BOOT_EVIDENCE, evidence_of, key};
-use crate::stages::verify::{self, committed};
+use crate::stages::verify;
+use emberrtos_contract::error::Refused;
+use emberrtos_contract::gate;
 
 /// Detached metadata key naming the live ISO the boot evidence was taken from.
 pub const BOOT_ISO_SHA256: &str = "imgbuild.rt.boot.iso-sha256";
@@ -28,9 +29,9 @@ pub fn required_checks(with_modules: bool, with_boot: bool) -> Vec<&'static str>
 }
 
 /// The flavor the gate applies: rt when the recipe says so or the ref's
-/// name does (policy, [`committed::flavor_of_ref`]); never weaker than either.
+/// name does (policy, [`emberrtos_contract::flavor::flavor_of_ref`]); never weaker than either.
 pub fn gate_flavor(recipe_flavor: Flavor, ref_name: &str) -> Flavor {
-    match (recipe_flavor, committed::flavor_of_ref(ref_name)) {
+    match (recipe_flavor, emberrtos_contract::flavor::flavor_of_ref(ref_name)) {
         (Flavor::Standard, Flavor::Standard) => Flavor::Standard,
         _ => Flavor::Rt,
     }
@@ -79,9 +80,9 @@ fn gate_commit(repo: &::ostree::Repo, request: &TagRequest, live_iso_sha256: Opt
     }
     let info = ostree::read_commit(repo, request.commit)?;
     let recorded = evidence_of(&info).unwrap_or_default();
-    let kernel = committed::verify_committed_kernel(repo, &info.checksum)?;
+    let kernel = gate::verify_committed_kernel(repo, &info.checksum)?;
     let (evidence, problems) =
-        committed::combined_evidence(recorded, &kernel, request.boot_evidence, live_iso_sha256);
+        gate::combined_evidence(recorded, &kernel, request.boot_evidence, live_iso_sha256);
     let mut required: Vec<&str> = request.required.to_vec();
     let needed = rtcheck::required_checks(RequiredFor {
         kconfig: true,

@@ -1,43 +1,17 @@
 //! The `verify` stage and `imgbuild verify-kernel`: every PREEMPT_RT check on
 //! the built artifact, each able to fail.
 
-use std::io::Read;
 use std::path::Path;
 
 use anyhow::{Context, Result};
 use rtcheck::evidence::{Check, Evidence, check_image, id, modules_check};
 use rtcheck::vermagic::{Vermagic, read_vermagic};
 
-use crate::error::Refused;
-
-pub mod committed;
-
-pub use committed::{
-    CommittedKernel, boot_binding_problems, flavor_of_ref, gate_commit_as, gate_commit_for_ref,
-    verify_committed_kernel,
+pub use emberrtos_contract::flavor::flavor_of_ref;
+pub use emberrtos_contract::gate::{
+    CommittedKernel, boot_binding_problems, decode_module, gate, gate_commit_as, gate_commit_for_ref,
+    is_module_name, verify_committed_kernel,
 };
-
-/// Whether a file name is a kernel module (`.ko`, `.ko.xz`, `.ko.gz`).
-pub fn is_module_name(name: &str) -> bool {
-    name.ends_with(".ko") || name.ends_with(".ko.xz") || name.ends_with(".ko.gz")
-}
-
-/// A module's ELF bytes from its file bytes, decompressing `.ko.xz` and `.ko.gz`.
-pub fn decode_module(name: &str, raw: Vec<u8>) -> Result<Vec<u8>> {
-    let mut out = Vec::new();
-    if name.ends_with(".xz") {
-        liblzma::read::XzDecoder::new(&raw[..])
-            .read_to_end(&mut out)
-            .with_context(|| format!("decompressing {name}"))?;
-    } else if name.ends_with(".gz") {
-        flate2::read::GzDecoder::new(&raw[..])
-            .read_to_end(&mut out)
-            .with_context(|| format!("decompressing {name}"))?;
-    } else {
-        out = raw;
-    }
-    Ok(out)
-}
 
 /// Reads a module, decompressing `.ko.xz` and `.ko.gz`.
 fn read_module(path: &Path) -> Result<Vec<u8>> {
@@ -114,29 +88,4 @@ pub fn render(evidence: &Evidence) -> String {
     out.push_str(verdict);
     out.push('\n');
     out
-}
-
-/// Refuses unless every check in `required` passed and none failed.
-pub fn gate<I: AsRef<str>>(stage: &str, evidence: &Evidence, required: &[I]) -> Result<(), Refused> {
-    if evidence.all_passed(required) {
-        return Ok(());
-    }
-    let mut reasons: Vec<String> = evidence
-        .failures()
-        .map(|c| format!("{}: {}", c.id, c.detail))
-        .collect();
-    for id in required.iter().map(AsRef::as_ref) {
-        match evidence.get(id) {
-            None => reasons.push(format!("{id}: check did not run")),
-            Some(c) if c.status == rtcheck::Status::Skip => {
-                reasons.push(format!("{id}: skipped ({})", c.detail))
-            }
-            _ => {}
-        }
-    }
-    Err(Refused {
-        stage: stage.to_string(),
-        summary: "the kernel is not proven PREEMPT_RT".into(),
-        reasons,
-    })
 }

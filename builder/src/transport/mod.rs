@@ -105,7 +105,7 @@ impl LocalDir {
     /// cannot land outside it.
     fn temp_in(&self, rel: &Path) -> Result<tempfile::NamedTempFile> {
         let parent = rel.parent().unwrap_or(Path::new(""));
-        let root = crate::io::root::ImageRoot::open(&self.root)?;
+        let root = emberrtos_contract::io::root::ImageRoot::open(&self.root)?;
         records::real_dirs(&root, parent, true)?;
         let dir = self.root.join(parent);
         tempfile::Builder::new()

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
-use rtcheck::jitter::{LoadReport, MinuteMax, Segment, Soak};
+use rtreport::report::{LoadReport, MinuteMax, Segment, Soak};
 use serde::{Deserialize, Serialize};
 
 use crate::cpus::CpuSet;
@@ -267,7 +267,7 @@ pub fn now_unix() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-pub use rtcheck::utc::rfc3339 as utc;
+pub use rtreport::utc::rfc3339 as utc;
 
 #[cfg(test)]
 pub(crate) mod tests {

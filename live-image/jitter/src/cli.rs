@@ -12,7 +12,8 @@ use crate::checkpoint::{self, Checkpoint};
 use crate::cpus::CpuSet;
 use crate::output::OutputFile;
 use crate::report::{self, Tool};
-use crate::run::{Options, run, run_soak, soak_options};
+use crate::run::{run, run_soak, soak_options};
+use crate::session::Options;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -246,7 +247,7 @@ fn execute(cli: &Cli) -> Result<u8> {
         }
     }
     if cli.check {
-        let (rt_cpus, checks) = crate::run::check_only(&options, Path::new("/"))?;
+        let (rt_cpus, checks) = crate::session::check_only(&options, Path::new("/"))?;
         println!("RT CPUs {rt_cpus}");
         print!("{}", crate::conformance::table(&checks));
         return Ok(crate::conformance::exit_code(&checks));

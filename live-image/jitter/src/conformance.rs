@@ -23,12 +23,14 @@
 //! Every file is read below a root (normally `/`), so tests use a fake tree;
 //! the parsing functions are pure.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
 
+use rtreport::report::ReasonCode;
+
 use crate::cpus::{CpuSet, cmdline_cpus};
-use crate::system::{self, read, read_list};
-use crate::verdict::{self, ReasonCode};
+use crate::system::{self, Irq, read, read_list};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Status {
@@ -149,6 +151,30 @@ pub fn rt_throttling(runtime: Option<&str>) -> Outcome {
     }
 }
 
+/// What is wrong with the IRQs of `irqs` that may fire on `rt_cpus`, if any.
+pub fn irqs_on_rt_cpus(irqs: &[Irq], rt_cpus: &CpuSet) -> Option<String> {
+    let on_rt: Vec<String> = irqs
+        .iter()
+        .filter(|irq| !irq.effective.intersection(rt_cpus).is_empty())
+        .map(|irq| format!("{} (cpu {})", irq.irq, irq.effective))
+        .collect();
+    if on_rt.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "{} IRQs may fire on RT CPUs: {}",
+        on_rt.len(),
+        first_of(&on_rt, 8)
+    ))
+}
+
+/// The first `max` of `items`, comma-separated, `...` when there are more.
+pub fn first_of(items: &[String], max: usize) -> String {
+    let shown: Vec<&str> = items.iter().take(max).map(String::as_str).collect();
+    let more = if items.len() > max { ", ..." } else { "" };
+    format!("{}{more}", shown.join(", "))
+}
+
 /// No IRQ that can move may be delivered to an RT CPU; those the kernel
 /// refuses to move (per-CPU, managed) are exempt.
 fn irq_affinity(root: &Path, rt_cpus: &CpuSet) -> Outcome {
@@ -160,7 +186,7 @@ fn irq_affinity(root: &Path, rt_cpus: &CpuSet) -> Outcome {
     } else {
         String::new()
     };
-    match verdict::irqs_on_rt_cpus(&movable, rt_cpus) {
+    match irqs_on_rt_cpus(&movable, rt_cpus) {
         Some(problem) => Err(format!("{problem}{exempt_note}")),
         None => Ok(format!(
             "{} IRQs in /proc/irq, none movable on CPUs {rt_cpus}{exempt_note}",
@@ -301,7 +327,7 @@ fn kthread_affinity(root: &Path, rt_cpus: &CpuSet) -> Outcome {
     Err(format!(
         "{} movable kernel threads may run on RT CPUs {rt_cpus} (/proc/PID/status Cpus_allowed_list): {}",
         on_rt.len(),
-        verdict::first_of(&on_rt, 5)
+        first_of(&on_rt, 5)
     ))
 }
 
@@ -316,10 +342,25 @@ pub fn timer_migration(value: Option<&str>) -> Outcome {
     }
 }
 
+/// The RT CPUs whose cpufreq governor is not `performance`, if any.
+pub fn governors_not_performance(
+    governors: &BTreeMap<u32, Option<String>>,
+    rt_cpus: &CpuSet,
+) -> Option<String> {
+    let slow: Vec<String> = rt_cpus
+        .iter()
+        .filter_map(|cpu| match governors.get(&cpu) {
+            Some(Some(governor)) if governor != "performance" => Some(format!("cpu{cpu}={governor}")),
+            _ => None,
+        })
+        .collect();
+    (!slow.is_empty()).then(|| format!("cpufreq governor is not performance: {}", slow.join(", ")))
+}
+
 /// The RT CPUs run the `performance` governor (or have no cpufreq).
 fn governor(root: &Path, rt_cpus: &CpuSet) -> Outcome {
     let governors = system::read_governors(root, rt_cpus);
-    if let Some(problem) = verdict::governors_not_performance(&governors, rt_cpus) {
+    if let Some(problem) = governors_not_performance(&governors, rt_cpus) {
         return Err(problem);
     }
     let found: Vec<String> = governors

@@ -1,18 +1,18 @@
 //! `jitter --container IMAGE`: after the host measurement, and under the
 //! same load, cyclictest again inside one RT container per RT CPU, started
-//! with the options `emberrtos-rt-run` uses (`rtcheck::container`), so the
+//! with the options `emberrtos-rt-run` uses (`rtreport::container`), so the
 //! report can say what a container adds to the host's worst case.
 
 use std::fs::File;
 use std::process::Command;
 
 use anyhow::{Context, Result, anyhow};
-use rtcheck::container::{self, ListFailure, Refusal};
-use rtcheck::jitter::{Assessment, ContainerSection, CoreStats, Difference};
+use rtreport::container::{self, ListFailure, Refusal};
+use rtreport::report::{Assessment, ContainerSection, CoreStats, Difference};
 
 use crate::cpus::CpuSet;
-use crate::cyclictest::{self, RunParams, ThreadResult};
-use crate::run::{MissingTool, hint_privileges, run_tool_to_end};
+use crate::cyclictest::{self, RunParams, ThreadResult, run_tool_to_end};
+use crate::process::{MissingTool, hint_privileges};
 
 #[derive(Clone, Debug)]
 pub struct ContainerOptions {

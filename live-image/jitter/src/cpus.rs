@@ -1,7 +1,7 @@
 //! Kernel CPU lists (`0-3,5`, the shared [`CpuSet`]) and the isolation
 //! arguments of the command line.
 
-pub use rtcheck::jitter::{CpuListError, CpuSet};
+pub use rtreport::report::{CpuListError, CpuSet};
 
 /// The CPUs a kernel argument isolates: `isolcpus=[flags,]LIST` or
 /// `nohz_full=LIST` (flags such as `managed_irq,domain` precede the list).

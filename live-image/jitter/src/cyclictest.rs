@@ -6,12 +6,18 @@
 //! the `--json` file where the installed version has it.
 
 use std::collections::BTreeMap;
-use std::io::BufRead;
+use std::io::{BufRead, BufReader};
 use std::path::Path;
+use std::process::Command;
 
+use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
+use tempfile::NamedTempFile;
 
+use crate::child::die_with_jitter;
 use crate::cpus::CpuSet;
+use crate::process::{MissingTool, StderrReader, hint_privileges, run_tool};
+use crate::progress::{LiveWorst, SoakSoFar};
 
 /// How cyclictest is run.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,6 +50,94 @@ pub fn arguments(params: &RunParams, json_file: Option<&Path>) -> Vec<String> {
         args.push(format!("--json={}", file.display()));
     }
     args
+}
+
+/// What cyclictest printed, and its `--json` file's text if it wrote one.
+pub(crate) struct CyclictestOutput {
+    pub stdout: String,
+    pub json: Option<String>,
+}
+
+/// Runs cyclictest to its end (see [`run_tool`]).
+pub(crate) fn run_cyclictest(
+    args: &[String],
+    json_file: Option<&Path>,
+    housekeeping: &CpuSet,
+    progress: Option<(u64, Option<SoakSoFar>)>,
+) -> Result<CyclictestOutput> {
+    run_cyclictest_as(
+        Command::new("cyclictest").args(args),
+        MissingTool::rt_tests("cyclictest"),
+        (json_file, housekeeping),
+        progress,
+    )
+}
+
+/// Runs `command`, which runs cyclictest (in a container), to its end from
+/// the housekeeping CPUs, without progress; what cyclictest printed.
+pub(crate) fn run_tool_to_end(
+    command: &mut Command,
+    missing: MissingTool,
+    housekeeping: &CpuSet,
+) -> Result<String> {
+    Ok(run_cyclictest_as(command, missing, (None, housekeeping), None)?.stdout)
+}
+
+fn run_cyclictest_as(
+    command: &mut Command,
+    missing: MissingTool,
+    (json_file, housekeeping): (Option<&Path>, &CpuSet),
+    progress: Option<(u64, Option<SoakSoFar>)>,
+) -> Result<CyclictestOutput> {
+    let worst = LiveWorst::default();
+    let recorder = worst.clone();
+    let stderr_reader: StderrReader =
+        Box::new(move |pipe| read_stderr(BufReader::new(pipe), |max| recorder.record(max)));
+    let output = run_tool(command, missing, housekeeping, progress, (worst, stderr_reader));
+    let output = match output {
+        Ok(output) => output,
+        Err(error) => return Err(hint_privileges(error)),
+    };
+    let lower = output.stderr.to_lowercase();
+    if lower.contains("mlockall")
+        || lower.contains("unable to change scheduling policy")
+        || lower.contains("permission denied")
+    {
+        return Err(hint_privileges(anyhow::anyhow!(
+            "cyclictest could not lock memory or get RT priority: {}",
+            output.stderr.trim()
+        )));
+    }
+    let json = json_file.and_then(|f| std::fs::read_to_string(f).ok());
+    Ok(CyclictestOutput {
+        stdout: output.stdout,
+        json,
+    })
+}
+
+fn supports_json() -> bool {
+    die_with_jitter(&mut Command::new("cyclictest"))
+        .arg("--help")
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout).contains("--json")
+                || String::from_utf8_lossy(&o.stderr).contains("--json")
+        })
+        .unwrap_or(false)
+}
+
+/// A file with an unpredictable name for cyclictest's `--json`, when the
+/// installed cyclictest has it; removed when dropped.
+pub(crate) fn cyclictest_json_file() -> Result<Option<NamedTempFile>> {
+    if !supports_json() {
+        return Ok(None);
+    }
+    let file = tempfile::Builder::new()
+        .prefix("jitter-cyclictest-")
+        .suffix(".json")
+        .tempfile()
+        .context("creating a temporary file for cyclictest's JSON")?;
+    Ok(Some(file))
 }
 
 /// The results of one measuring thread.

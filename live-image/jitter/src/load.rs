@@ -15,10 +15,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use anyhow::{Context, Result};
+use rtreport::report::LoadReport;
 
 use crate::child::die_with_jitter;
 use crate::cpus::CpuSet;
-use crate::verdict::LoadReport;
 
 fn cpu_set(cpus: &CpuSet) -> libc::cpu_set_t {
     // SAFETY: cpu_set_t is plain data; CPU_ZERO/CPU_SET only write inside it.

@@ -4,7 +4,7 @@
 use plotters::coord::Shift;
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
-use rtcheck::jitter::{CoreStats, MinuteMax, Report, Tool};
+use rtreport::report::{CoreStats, MinuteMax, Report, Tool};
 
 /// Image size without the soak timeline; the histogram panel keeps this size.
 const HISTOGRAM_SIZE: (u32, u32) = (1000, 600);
@@ -230,7 +230,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rtcheck::jitter::{Latency, Soak};
+    use rtreport::report::{Latency, Soak};
 
     fn fixture() -> Report {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/jitter-report-2.json");

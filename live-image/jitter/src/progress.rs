@@ -10,7 +10,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rtcheck::jitter::Progress;
+use rtreport::report::Progress;
 
 /// Time between two progress lines.
 const INTERVAL: Duration = Duration::from_secs(2);

@@ -1,9 +1,9 @@
 //! The report: a human table, versioned JSON (the shared types of
-//! [`rtcheck::jitter`]), and an OSADL-style SVG plot.
+//! [`rtreport::report`]), and an OSADL-style SVG plot.
 
 use std::fmt::Write as _;
 
-pub use rtcheck::jitter::{
+pub use rtreport::report::{
     Assessment, ContainerSection, CoreStats, KernelInfo, Latency, Report, RunInfo, SCHEMA, Tool, Tuning,
 };
 
@@ -247,7 +247,7 @@ mod tests {
         let mut report: Report = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
         let fixture = report.assessment.clone();
         let pass = |worst_us| Assessment {
-            verdict: rtcheck::jitter::Verdict::Pass,
+            verdict: rtreport::report::Verdict::Pass,
             reasons: Vec::new(),
             worst_us,
             ..fixture.clone()
@@ -279,7 +279,7 @@ mod tests {
         );
         assert_eq!(
             report.verdict(),
-            rtcheck::jitter::Verdict::Fail,
+            rtreport::report::Verdict::Fail,
             "the difference fails the run"
         );
         let json = serde_json::to_value(&report).unwrap();

@@ -10,62 +10,20 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use rtcheck::jitter::Spike;
+use rtreport::report::Spike;
 
 use crate::checkpoint::{MergedCore, merge};
 use crate::cyclictest::ThreadResult;
 use crate::output::OutputFile;
+use crate::process::{INTERRUPTED, StderrReader, hint_privileges, run_tool};
 use crate::progress::{LiveWorst, SoakSoFar};
 use crate::report::{Latency, Report};
-use crate::run::{
-    INTERRUPTED, MissingTool, Options, Prepared, StderrReader, build_report, hint_privileges, on_path,
-    prepare, run_params, run_tool, start_load, stop_load,
-};
-use crate::timerlat;
+use crate::session::{Options, Prepared, build_report, prepare, run_params, start_load, stop_load};
+use crate::timerlat::{self, missing_rtla};
 
 /// The runs stopped on a spike in one measurement; later runs go without a
 /// threshold.
 pub const MAX_SPIKES: usize = 10;
-
-/// Where the kernel lists its tracers.
-const AVAILABLE_TRACERS: &str = "/sys/kernel/tracing/available_tracers";
-
-fn missing_rtla() -> MissingTool {
-    MissingTool {
-        program: "rtla".into(),
-        package: "rtla".into(),
-        note: "; jitter needs rtla 6.3 or later, which Debian 12 has in bookworm-backports".into(),
-    }
-}
-
-/// Refuses before measuring when rtla is missing, too old to analyse
-/// (`--no-aa` came with the auto-analysis, in rtla 6.3), or the kernel
-/// has no timerlat tracer.
-pub fn check_installed() -> Result<()> {
-    if !on_path("rtla") {
-        return Err(missing_rtla().into());
-    }
-    let help = Command::new("rtla")
-        .args(["timerlat", "hist", "--help"])
-        .output()
-        .context("running `rtla timerlat hist --help`")?;
-    let text = String::from_utf8_lossy(&help.stdout) + String::from_utf8_lossy(&help.stderr);
-    if !text.contains("--no-aa") {
-        bail!(
-            "the installed rtla has no timerlat auto-analysis (it came in rtla 6.3; Debian 12 ships 6.1): \
-             apt-get install -t bookworm-backports rtla"
-        );
-    }
-    if let Ok(tracers) = std::fs::read_to_string(AVAILABLE_TRACERS)
-        && !tracers.split_whitespace().any(|t| t == "timerlat")
-    {
-        bail!(
-            "this kernel has no timerlat tracer ({AVAILABLE_TRACERS}: {}): build it with CONFIG_TIMERLAT_TRACER=y",
-            tracers.trim()
-        );
-    }
-    Ok(())
-}
 
 /// Every rtla run of one measurement, merged.
 #[derive(Default)]

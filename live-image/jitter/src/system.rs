@@ -8,7 +8,7 @@ use rtcheck::Evidence;
 use serde::{Deserialize, Serialize};
 
 use crate::cpus::CpuSet;
-pub use rtcheck::jitter::Irq;
+pub use rtreport::report::Irq;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct SystemState {

@@ -8,9 +8,13 @@
 //! `avg:`, `max:` rows, then an `ALL:` block, and whose analysis starts with
 //! `## CPU N hit stop tracing, analyzing it ##`.
 
-use rtcheck::jitter::{Cause, Source, Spike};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use rtreport::report::{Cause, Source, Spike};
 
 use crate::cyclictest::{ParseError, RunParams, ThreadResult};
+use crate::process::{MissingTool, on_path};
 
 /// What rtla prints after the histogram when a latency crossed the threshold.
 pub const HIT_STOP: &str = "rtla timerlat hit stop tracing";
@@ -59,6 +63,46 @@ pub fn arguments(params: &RunParams, threshold: Option<u32>) -> Vec<String> {
         None => args.push("--no-aa".to_string()),
     }
     args
+}
+
+/// Where the kernel lists its tracers.
+const AVAILABLE_TRACERS: &str = "/sys/kernel/tracing/available_tracers";
+
+pub(crate) fn missing_rtla() -> MissingTool {
+    MissingTool {
+        program: "rtla".into(),
+        package: "rtla".into(),
+        note: "; jitter needs rtla 6.3 or later, which Debian 12 has in bookworm-backports".into(),
+    }
+}
+
+/// Refuses before measuring when rtla is missing, too old to analyse
+/// (`--no-aa` came with the auto-analysis, in rtla 6.3), or the kernel
+/// has no timerlat tracer.
+pub fn check_installed() -> Result<()> {
+    if !on_path("rtla") {
+        return Err(missing_rtla().into());
+    }
+    let help = Command::new("rtla")
+        .args(["timerlat", "hist", "--help"])
+        .output()
+        .context("running `rtla timerlat hist --help`")?;
+    let text = String::from_utf8_lossy(&help.stdout) + String::from_utf8_lossy(&help.stderr);
+    if !text.contains("--no-aa") {
+        bail!(
+            "the installed rtla has no timerlat auto-analysis (it came in rtla 6.3; Debian 12 ships 6.1): \
+             apt-get install -t bookworm-backports rtla"
+        );
+    }
+    if let Ok(tracers) = std::fs::read_to_string(AVAILABLE_TRACERS)
+        && !tracers.split_whitespace().any(|t| t == "timerlat")
+    {
+        bail!(
+            "this kernel has no timerlat tracer ({AVAILABLE_TRACERS}: {}): build it with CONFIG_TIMERLAT_TRACER=y",
+            tracers.trim()
+        );
+    }
+    Ok(())
 }
 
 /// One CPU's timerlat figures.

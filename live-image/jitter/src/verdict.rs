@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 
 use rtcheck::Evidence;
-pub use rtcheck::jitter::{Assessment, LoadReport, Reason, ReasonCode, Verdict};
+pub use rtreport::report::{Assessment, LoadReport, Reason, ReasonCode, Verdict};
 
-use crate::conformance::{Conformance, Status};
+use crate::conformance::{self, Conformance, Status};
 use crate::cpus::CpuSet;
 use crate::cyclictest::ThreadResult;
 use crate::system::Irq;
@@ -58,45 +58,6 @@ pub struct Inputs<'a> {
     pub conformance: &'a [Conformance],
 }
 
-/// What is wrong with the IRQs of `irqs` that may fire on `rt_cpus`, if any.
-pub fn irqs_on_rt_cpus(irqs: &[Irq], rt_cpus: &CpuSet) -> Option<String> {
-    let on_rt: Vec<String> = irqs
-        .iter()
-        .filter(|irq| !irq.effective.intersection(rt_cpus).is_empty())
-        .map(|irq| format!("{} (cpu {})", irq.irq, irq.effective))
-        .collect();
-    if on_rt.is_empty() {
-        return None;
-    }
-    Some(format!(
-        "{} IRQs may fire on RT CPUs: {}",
-        on_rt.len(),
-        first_of(&on_rt, 8)
-    ))
-}
-
-/// The first `max` of `items`, comma-separated, `...` when there are more.
-pub fn first_of(items: &[String], max: usize) -> String {
-    let shown: Vec<&str> = items.iter().take(max).map(String::as_str).collect();
-    let more = if items.len() > max { ", ..." } else { "" };
-    format!("{}{more}", shown.join(", "))
-}
-
-/// The RT CPUs whose cpufreq governor is not `performance`, if any.
-pub fn governors_not_performance(
-    governors: &BTreeMap<u32, Option<String>>,
-    rt_cpus: &CpuSet,
-) -> Option<String> {
-    let slow: Vec<String> = rt_cpus
-        .iter()
-        .filter_map(|cpu| match governors.get(&cpu) {
-            Some(Some(governor)) if governor != "performance" => Some(format!("cpu{cpu}={governor}")),
-            _ => None,
-        })
-        .collect();
-    (!slow.is_empty()).then(|| format!("cpufreq governor is not performance: {}", slow.join(", ")))
-}
-
 /// Samples a core must deliver: 95% of what the duration and interval allow.
 pub fn samples_needed(duration_s: u64, interval_us: u32) -> u64 {
     (duration_s as f64 * 1e6 / interval_us.max(1) as f64 * 0.95).floor() as u64
@@ -144,10 +105,10 @@ pub fn assess(inputs: &Inputs) -> Assessment {
         add(ReasonCode::NotIsolated, parts.join("; "));
     }
 
-    if let Some(detail) = irqs_on_rt_cpus(inputs.irqs, inputs.rt_cpus) {
+    if let Some(detail) = conformance::irqs_on_rt_cpus(inputs.irqs, inputs.rt_cpus) {
         add(ReasonCode::IrqsOnRtCpus, detail);
     }
-    if let Some(detail) = governors_not_performance(inputs.governors, inputs.rt_cpus) {
+    if let Some(detail) = conformance::governors_not_performance(inputs.governors, inputs.rt_cpus) {
         add(ReasonCode::GovernorNotPerformance, detail);
     }
 

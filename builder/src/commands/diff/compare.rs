@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use crate::commands::publish::version_cmp;
-use crate::tree::TreeEntry;
+use emberrtos_contract::tree::TreeEntry;
 
 /// A package by `(name, architecture)`, to its version.
 pub type PackageVersions = BTreeMap<(String, String), String>;

@@ -15,9 +15,9 @@ use serde::Serialize;
 use crate::ostree as ost;
 use crate::sbom::MAX_TEXT_BYTES;
 use crate::stages::commit;
-use crate::tree::{self, TreeEntry};
 use compare::{FileChanges, ListChange, PackageChanges, PackageVersions, SymbolChange};
 use download::Download;
+use emberrtos_contract::tree::{self, TreeEntry};
 
 /// A commit keeps `/etc` at `/usr/etc` (ostree merges it into the
 /// deployment's `/etc`): its files are listed as `etc/...`.

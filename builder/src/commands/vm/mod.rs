@@ -247,7 +247,7 @@ fn not_a_disk(path: &Path, reason: impl Into<String>) -> anyhow::Error {
 /// `qemu-img`, or the package that provides it.
 fn qemu_img() -> Result<std::process::Command> {
     tool::command(QEMU_IMG).map_err(|_| {
-        crate::error::MissingTool {
+        emberrtos_contract::error::MissingTool {
             tool: QEMU_IMG.into(),
             package: QEMU_IMG_PACKAGE.into(),
         }

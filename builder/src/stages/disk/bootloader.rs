@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 
 use crate::tool;
+use emberrtos_contract::boot::{FALLBACK, TRIAL_VAR, TRIES_VAR};
 
 /// GRUB's modules for x86_64 UEFI (`grub-efi-amd64-bin`).
 pub const GRUB_EFI_DIR: &str = "/usr/lib/grub/x86_64-efi";
@@ -46,14 +47,6 @@ const CORE_MODULES: &[&str] = &[
     "serial",
     "terminal",
 ];
-
-/// The GRUB environment variable that puts the default deployment on trial:
-/// `1` while it has tries left, `fallback` once GRUB has given up on it.
-pub const TRIAL_VAR: &str = "emberrtos_trial";
-/// The tries the trial has left: one digit, counted down by GRUB.
-pub const TRIES_VAR: &str = "emberrtos_tries";
-/// The value of [`TRIAL_VAR`] after the last try failed.
-pub const FALLBACK: &str = "fallback";
 
 /// GRUB's countdown of [`TRIES_VAR`]: Debian's GRUB has no `increment`
 /// module, so each digit is compared as a string and replaced by the next

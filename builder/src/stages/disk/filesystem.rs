@@ -11,8 +11,14 @@ use std::process::Command;
 use anyhow::{Context, Result};
 
 use super::layout::{Layout, Partition, Role, SECTOR, Usage};
-use crate::commands::config_medium::{DEFAULT_EPOCH as FAT_FIRST_EPOCH, LAST_FAT_EPOCH};
 use crate::tool;
+
+/// FAT's first representable time, 1980-01-01T00:00:00Z: the timestamp of
+/// every entry of a FAT image (the ESP, a configuration medium) when
+/// `SOURCE_DATE_EPOCH` is not set.
+pub const FAT_FIRST_EPOCH: u64 = 315_532_800;
+/// FAT's last representable time, 2107-12-31T23:59:58Z.
+pub const LAST_FAT_EPOCH: u64 = 4_354_819_198;
 
 /// Writes the protective MBR and both GPTs of `layout` into `image`.
 pub fn write_gpt(image: &Path, layout: &Layout) -> Result<()> {

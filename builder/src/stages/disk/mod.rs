@@ -25,16 +25,16 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use self::layout::{Layout, Role, Usage};
-use crate::error::BadInput;
 use crate::io::hashing::sha256_file;
 use crate::io::qemu::{StopSignals, signal_name};
-use crate::io::root::ImageRoot;
 use crate::ostree as ost;
 use crate::recipe::{DiskFormat, Remote, syntax};
 use crate::stages::commit::key;
 use crate::stages::verify::gate_commit_as;
 use crate::tool;
 use crate::ui::Ui;
+use emberrtos_contract::error::BadInput;
+use emberrtos_contract::io::root::ImageRoot;
 
 /// Bumped when the image layout changes, so old disk stamps go stale.
 pub const DISK_FORMAT: &str = concat!("imgbuild ", env!("CARGO_PKG_VERSION"), " disk 2");

@@ -24,7 +24,7 @@ use glib::prelude::*;
 use ostree::gio;
 
 use super::filesystem::{is_immutable, set_immutable};
-use crate::io::root::ImageRoot;
+use emberrtos_contract::io::root::ImageRoot;
 
 /// The stateroot (`ostree admin os-init`) every disk deploys into.
 pub const OSNAME: &str = "emberrtos";

@@ -8,12 +8,12 @@ use rtcheck::kconfig::{Config, MergedFragments, Outcome, Redefinition, SymbolDif
 use serde::{Deserialize, Serialize};
 
 use super::{MakeEnv, SourceTree, deps};
-use crate::cache::write_file_atomic;
-use crate::error::Refused;
+use crate::io::atomic::write_file_atomic;
 use crate::io::hashing::sha256_hex;
 use crate::recipe::{ConfigBase, Flavor, Recipe, syntax};
 use crate::tool;
 use crate::ui::Ui;
+use emberrtos_contract::error::Refused;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -185,7 +185,7 @@ pub fn toolchain_id() -> Result<String> {
     Ok(parts.join("; "))
 }
 
-pub use rtcheck::utc::UtcTime;
+pub use rtreport::utc::UtcTime;
 
 /// `Sun Nov 30 00:00:00 UTC 2025` for a Unix time, as `date -u` prints it.
 pub fn format_utc(epoch: u64) -> String {

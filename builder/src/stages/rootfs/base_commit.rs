@@ -6,7 +6,7 @@
 //! overlay change re-hashes that file, not the 10,000 of the base.
 //!
 //! What keeps this honest: every write into an image tree goes through
-//! [`ImageRoot`](crate::io::root::ImageRoot), which breaks a file's hardlink
+//! [`ImageRoot`](emberrtos_contract::io::root::ImageRoot), which breaks a file's hardlink
 //! before changing its bytes or its attributes, so no composition ever
 //! modifies an object of the build repo.
 

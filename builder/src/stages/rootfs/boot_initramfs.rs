@@ -12,7 +12,7 @@ use std::process::{Command, Output, Stdio};
 use anyhow::{Context, Result, bail};
 
 use crate::io::initramfs::{self, Archive, Data};
-use crate::io::root::ImageRoot;
+use emberrtos_contract::io::root::ImageRoot;
 
 /// ostree's initramfs helper, as the Debian package `ostree-boot` installs it.
 pub const PREPARE_ROOT: &str = "usr/lib/ostree/ostree-prepare-root";

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
-use crate::io::root::ImageRoot;
+use emberrtos_contract::io::root::ImageRoot;
 
 pub const TMPFILES: &str = "usr/lib/tmpfiles.d/imgbuild-var.conf";
 pub const FACTORY_VAR: &str = "usr/share/factory/var";

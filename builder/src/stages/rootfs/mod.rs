@@ -16,12 +16,12 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::device;
 use crate::io::extract::{ExtractOptions, extract_tarball};
 use crate::io::initramfs;
-use crate::io::root::ImageRoot;
 use crate::tool;
 use crate::ui::Ui;
+use emberrtos_contract::io::root::ImageRoot;
+use emberrtos_contract::paths;
 
 /// Where the recipe's kernel arguments are written in the tree.
 pub const KARGS_FILE: &str = "usr/lib/imgbuild/kargs";
@@ -78,7 +78,7 @@ pub struct RootfsOutput {
 /// The host's static busybox (Debian package busybox-static).
 pub fn static_busybox() -> Result<PathBuf> {
     let path = PathBuf::from("/bin/busybox");
-    let bytes = std::fs::read(&path).map_err(|_| crate::error::MissingTool {
+    let bytes = std::fs::read(&path).map_err(|_| emberrtos_contract::error::MissingTool {
         tool: "busybox".into(),
         package: "busybox-static".into(),
     })?;
@@ -164,9 +164,9 @@ fn install_stripped(root: &ImageRoot, binary: &Path, dest: &Path) -> Result<()> 
 /// Installs `emberrtos-device` (stripped, about 4 MiB) and its
 /// `emberrtos-update` and `emberrtos-rt-run` names.
 fn install_device_tool(root: &ImageRoot, binary: &Path) -> Result<()> {
-    install_stripped(root, binary, Path::new(device::INSTALL_PATH))?;
-    let target = Path::new("/").join(device::INSTALL_PATH);
-    for link in [device::UPDATE_LINK, device::RT_RUN_LINK] {
+    install_stripped(root, binary, Path::new(paths::INSTALL_PATH))?;
+    let target = Path::new("/").join(paths::INSTALL_PATH);
+    for link in [paths::UPDATE_LINK, paths::RT_RUN_LINK] {
         root.symlink(Path::new(link), &target)?;
     }
     Ok(())
@@ -232,7 +232,7 @@ pub fn compose(inputs: &ComposeInputs, stage_dir: &Path, ui: &Ui) -> Result<Root
         ));
     }
     install_device_tool(&root, inputs.device_tool)?;
-    install_stripped(&root, inputs.jitter, Path::new(device::JITTER_INSTALL_PATH))?;
+    install_stripped(&root, inputs.jitter, Path::new(paths::JITTER_INSTALL_PATH))?;
     write_build_facts(&root, inputs)?;
     let layout = layout::convert(&root).context("converting to the ostree layout")?;
     secrets::refuse_private_keys(&root)?;
@@ -272,17 +272,17 @@ mod tests {
         let root = ImageRoot::open(dir.path()).unwrap();
         let binary = std::env::current_exe().unwrap();
         install_device_tool(&root, &binary).unwrap();
-        install_stripped(&root, &binary, Path::new(device::JITTER_INSTALL_PATH)).unwrap();
+        install_stripped(&root, &binary, Path::new(paths::JITTER_INSTALL_PATH)).unwrap();
         let built = std::fs::metadata(&binary).unwrap().len();
-        for path in [device::INSTALL_PATH, device::JITTER_INSTALL_PATH] {
+        for path in [paths::INSTALL_PATH, paths::JITTER_INSTALL_PATH] {
             let meta = std::fs::metadata(dir.path().join(path)).unwrap();
             assert!(meta.len() < built, "{path}: {} of {built} bytes", meta.len());
             assert_eq!(meta.permissions().mode() & 0o777, 0o755, "{path}");
         }
-        for link in [device::UPDATE_LINK, device::RT_RUN_LINK] {
+        for link in [paths::UPDATE_LINK, paths::RT_RUN_LINK] {
             assert_eq!(
                 std::fs::read_link(dir.path().join(link)).unwrap(),
-                Path::new("/").join(device::INSTALL_PATH),
+                Path::new("/").join(paths::INSTALL_PATH),
                 "{link}"
             );
         }

@@ -1,4 +1,5 @@
 #!/bin/busybox sh
+# shellcheck shell=dash # busybox ash, which shellcheck checks as dash
 # imgbuild boot initramfs: mounts the physical root named by root=, lets
 # ostree-prepare-root set up the deployment named by ostree= at /sysroot,
 # then switches to it. Built by imgbuild into /usr/lib/modules/$kver/initramfs.img.
@@ -19,7 +20,8 @@ rescue() {
 root=""
 rootflags="ro"
 rootfstype=""
-for arg in $(cat /proc/cmdline); do
+read -r cmdline < /proc/cmdline
+for arg in $cmdline; do
     case "$arg" in
         root=*) root="${arg#root=}" ;;
         rootflags=*) rootflags="${arg#rootflags=}" ;;

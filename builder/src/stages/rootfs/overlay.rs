@@ -20,7 +20,7 @@ use std::path::{Component, Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
-use crate::io::root::ImageRoot;
+use emberrtos_contract::io::root::ImageRoot;
 
 pub const ATTRS_FILE: &str = "overlay.attrs";
 

@@ -1,0 +1,426 @@
+//! The kernel tier: the real 6.12 Kconfig (olddefconfig only, no build), and
+//! the PREEMPT_RT checks on real Debian kernels and crafted images.
+
+use crate::common;
+
+use assert_cmd::Command;
+use common::{copy_project_inputs, debian_kernel, shared_cache};
+use predicates::prelude::*;
+use predicates::str::contains;
+
+fn imgbuild() -> Command {
+    Command::cargo_bin("imgbuild").unwrap()
+}
+
+/// `imgbuild recipe <recipe> --until kconfig` in a fresh work dir.
+fn kconfig(recipe: &std::path::Path, work: &std::path::Path) -> assert_cmd::assert::Assert {
+    imgbuild()
+        .arg("recipe")
+        .arg(recipe)
+        .args(["--until", "kconfig", "--work-dir"])
+        .arg(work)
+        .arg("--cache-dir")
+        .arg(shared_cache())
+        .assert()
+}
+
+#[test]
+fn kconfig_refuses_a_fragment_that_drops_preempt_rt() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_project_inputs(dir.path());
+    std::fs::write(
+        dir.path().join("kernel-configs/no-expert.config"),
+        "# Turning EXPERT off makes Kconfig drop PREEMPT_RT silently.\n# CONFIG_EXPERT is not set\n",
+    )
+    .unwrap();
+    let recipe = dir.path().join("recipes/ci-rt.yaml");
+    let text = std::fs::read_to_string(&recipe).unwrap().replace(
+        "    - ../kernel-configs/rt.config\n",
+        "    - ../kernel-configs/rt.config\n    - ../kernel-configs/no-expert.config\n",
+    );
+    std::fs::write(&recipe, text).unwrap();
+    let work = dir.path().join("build");
+    kconfig(&recipe, &work).code(3).stderr(
+        contains("refused by kconfig")
+            .and(contains("DROPPED CONFIG_PREEMPT_RT"))
+            .and(contains("rt.config:"))
+            .and(contains("PREEMPT_RT depends on `EXPERT && ARCH_SUPPORTS_RT`"))
+            .and(contains("unmet: EXPERT (is n)")),
+    );
+    // The refused stage left no stamp and no final config behind.
+    assert!(!work.join("kconfig/stamp.json").exists());
+    assert!(!work.join("kconfig/config").exists());
+}
+
+#[test]
+fn repo_recipes_configure_without_dropping_anything() {
+    for recipe in ["ci-rt.yaml", "rt.yaml", "standard.yaml"] {
+        let path = common::repo_root().join("recipes").join(recipe);
+        if !path.exists() {
+            continue;
+        }
+        let work = tempfile::tempdir().unwrap();
+        kconfig(&path, work.path())
+            .code(0)
+            .stderr(contains("requested symbols hold after olddefconfig"));
+        let config = std::fs::read_to_string(work.path().join("kconfig/config")).unwrap();
+        let config = rtcheck::kconfig::Config::parse(&config).unwrap();
+        assert_eq!(config.is_preempt_rt(), recipe != "standard.yaml", "{recipe}");
+        // The second run is a cache hit.
+        kconfig(&path, work.path())
+            .code(0)
+            .stderr(contains("[kconfig] up to date"));
+    }
+}
+
+#[test]
+fn missing_make_names_the_debian_package() {
+    let work = tempfile::tempdir().unwrap();
+    imgbuild()
+        .env("PATH", "/nonexistent")
+        .arg("recipe")
+        .arg(common::repo_root().join("recipes/ci-rt.yaml"))
+        .args(["--until", "kconfig", "--work-dir"])
+        .arg(work.path())
+        .arg("--cache-dir")
+        .arg(shared_cache())
+        .assert()
+        .code(1)
+        .stderr(
+            contains("`make` is not installed")
+                .and(contains("apt-get install"))
+                .and(contains(" make")),
+        );
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "fixtures"),
+    ignore = "needs Debian kernel packages (ci/fetch-fixtures): --features imgbuild/fixtures"
+)]
+fn debian_rt_kernel_passes() {
+    let rt = debian_kernel("rt");
+    let out = imgbuild()
+        .args(["--json", "verify-kernel"])
+        .arg(rt.join("vmlinuz"))
+        .arg("--config")
+        .arg(rt.join("config"))
+        .arg("--modules")
+        .arg(&rt)
+        .assert()
+        .code(0);
+    let doc: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    assert_eq!(doc["preempt-rt"], true);
+    let status = |id: &str| {
+        doc["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == id)
+            .unwrap()["status"]
+            .clone()
+    };
+    assert_eq!(status("artifact.uts-version"), "pass");
+    assert_eq!(status("artifact.build-config"), "pass");
+    assert_eq!(status("artifact.modules"), "pass");
+    assert!(doc["uts_version"].as_str().unwrap().contains("SMP PREEMPT_RT"));
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "fixtures"),
+    ignore = "needs Debian kernel packages (ci/fetch-fixtures): --features imgbuild/fixtures"
+)]
+fn debian_generic_kernel_is_refused() {
+    let cloud = debian_kernel("cloud");
+    imgbuild()
+        .arg("verify-kernel")
+        .arg(cloud.join("vmlinuz"))
+        .arg("--config")
+        .arg(cloud.join("config"))
+        .arg("--modules")
+        .arg(&cloud)
+        .assert()
+        .code(3)
+        .stdout(contains("PREEMPT_RT: NO"))
+        .stderr(
+            contains("artifact.uts-version: not PREEMPT_RT (PREEMPT_DYNAMIC)")
+                .and(contains(
+                    "artifact.build-config: build .config has no CONFIG_PREEMPT_RT",
+                ))
+                .and(contains("lacks preempt_rt")),
+        );
+}
+
+/// Takes the Debian RT image and damages it in one way.
+fn crafted(name: &str, edit: impl FnOnce(&mut Vec<u8>)) -> (tempfile::TempDir, std::path::PathBuf) {
+    let mut image = std::fs::read(debian_kernel("rt").join("vmlinuz")).unwrap();
+    edit(&mut image);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(name);
+    std::fs::write(&path, image).unwrap();
+    (dir, path)
+}
+
+fn refused_with(path: &std::path::Path, reason: &str) {
+    imgbuild()
+        .arg("verify-kernel")
+        .arg(path)
+        .assert()
+        .code(3)
+        .stderr(contains(reason).and(contains("panicked").not()));
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "fixtures"),
+    ignore = "needs Debian kernel packages (ci/fetch-fixtures): --features imgbuild/fixtures"
+)]
+fn crafted_images_are_refused_with_a_reason() {
+    let (_d, bad_magic) = crafted("bad-magic", |img| img[0x202..0x206].copy_from_slice(b"NOPE"));
+    refused_with(&bad_magic, "no `HdrS` magic at 0x202");
+
+    let (_d, past_setup) = crafted("past-setup", |img| {
+        let setup_end = (img[0x1f1] as usize + 1) * 512;
+        let pointer = (setup_end + 16 - 0x200) as u16;
+        img[0x20e..0x210].copy_from_slice(&pointer.to_le_bytes());
+    });
+    refused_with(&past_setup, "outside the setup sectors");
+
+    let (_d, truncated) = crafted("truncated", |img| img.truncate(0x400));
+    refused_with(&truncated, "truncated");
+
+    // A generic kernel whose timestamp was set to contain the token.
+    let (_d, spoofed) = crafted("spoofed", |img| {
+        let pointer = u16::from_le_bytes([img[0x20e], img[0x20f]]) as usize + 0x200;
+        let fake = b"6.1.0 (me@host) #1 SMP PREEMPT_DYNAMIC Mon Nov 30 PREEMPT_RT 2026\0";
+        img[pointer..pointer + fake.len()].copy_from_slice(fake);
+    });
+    refused_with(&spoofed, "not PREEMPT_RT (PREEMPT_DYNAMIC)");
+
+    let (_d, empty) = crafted("empty", Vec::clear);
+    refused_with(&empty, "too short");
+}
+
+mod cache_and_lock {
+    use std::path::{Path, PathBuf};
+    use std::sync::{Arc, Barrier};
+    use std::time::{Duration, Instant};
+
+    use super::common::{copy_project_inputs, files_under};
+    use super::imgbuild;
+    use imgbuild::cache::Cache;
+    use imgbuild::io::hashing::{sha256_file, sha256_hex};
+    use imgbuild::stage::Key;
+    use imgbuild::stages::fetch::{Fetched, import_file};
+    use imgbuild::stages::kernel::build::{KernelOutput, cache_artifact, read_artifact};
+    use imgbuild::stages::kernel::prepare_source;
+    use imgbuild::ui::Ui;
+    use predicates::prelude::*;
+    use predicates::str::contains;
+
+    /// A plain tarball holding a toy kernel tree (`linux-9.9/Makefile`, ...).
+    fn toy_source(dir: &Path) -> PathBuf {
+        let path = dir.join("linux-9.9.tar");
+        let mut builder = tar::Builder::new(std::fs::File::create(&path).unwrap());
+        for (name, data) in [
+            ("linux-9.9/Makefile", &b"VERSION = 9\n"[..]),
+            ("linux-9.9/kernel/fork.c", &[b'x'; 5000][..]),
+            ("linux-9.9/README", &b"toy\n"[..]),
+        ] {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(data.len() as u64);
+            header.set_mode(0o644);
+            header.set_cksum();
+            builder.append_data(&mut header, name, data).unwrap();
+        }
+        builder.finish().unwrap();
+        path
+    }
+
+    fn fetched_toy(dir: &Path, cache: &Cache) -> Fetched {
+        import_file(&toy_source(dir), None, cache, &Ui::plain()).unwrap()
+    }
+
+    /// Names directly under `dir`, sorted.
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn truncated_source_blob_never_becomes_a_source_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(&dir.path().join("cache")).unwrap();
+        let fetched = fetched_toy(dir.path(), &cache);
+        // Cut the cached blob at an entry boundary, losing the last entry
+        // (header and data) and the end marker: a tar reader that takes EOF
+        // for the end would extract a partial tree.
+        let cut = std::fs::metadata(&fetched.path).unwrap().len() - 4 * 512;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&fetched.path)
+            .unwrap()
+            .set_len(cut)
+            .unwrap();
+        let err = prepare_source(&fetched, &cache, &Ui::plain()).unwrap_err();
+        let text = format!("{err:#}");
+        assert!(text.contains("damaged") && text.contains("run again"), "{text}");
+        assert!(!cache.root().join("sources").join(&fetched.sha256).exists());
+        assert!(!fetched.path.exists(), "the damaged blob was kept");
+        assert!(files_under(&cache.root().join("tmp")).is_empty());
+    }
+
+    #[test]
+    fn concurrent_source_preparation_shares_one_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(&dir.path().join("cache")).unwrap();
+        let fetched = fetched_toy(dir.path(), &cache);
+        let barrier = Arc::new(Barrier::new(2));
+        let runs: Vec<_> = (0..2)
+            .map(|_| {
+                let (cache, fetched, barrier) = (cache.clone(), fetched.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    prepare_source(&fetched, &cache, &Ui::plain()).map(|tree| tree.root)
+                })
+            })
+            .collect();
+        let roots: Vec<PathBuf> = runs.into_iter().map(|r| r.join().unwrap().unwrap()).collect();
+        assert_eq!(roots[0], roots[1]);
+        assert_eq!(
+            std::fs::read(roots[0].join("kernel/fork.c")).unwrap(),
+            vec![b'x'; 5000]
+        );
+        let sources = cache.root().join("sources");
+        assert_eq!(
+            names(&sources),
+            [fetched.sha256.clone(), format!("{}.lock", fetched.sha256)]
+        );
+        assert!(files_under(&cache.root().join("tmp")).is_empty());
+    }
+
+    /// A staged kernel artifact, as the kernel stage leaves it before caching.
+    fn staged_kernel(cache: &Cache, key: &Key, bzimage: &[u8]) -> (tempfile::TempDir, KernelOutput) {
+        let staging = cache.temp_dir("kernel-").unwrap();
+        let config = "CONFIG_PREEMPT_RT=y\n";
+        std::fs::write(staging.path().join("bzImage"), bzimage).unwrap();
+        std::fs::write(staging.path().join("config"), config).unwrap();
+        let digest = key.digest();
+        let artifact_dir = cache.area("kernels").unwrap().join(&digest);
+        let output = KernelOutput {
+            key: digest,
+            bzimage: artifact_dir.join("bzImage"),
+            bzimage_sha256: sha256_file(&staging.path().join("bzImage"), None).unwrap(),
+            config: artifact_dir.join("config"),
+            config_sha256: sha256_hex(config),
+            artifact_dir,
+            modules: None,
+            release: "9.9.0-rt1".into(),
+            cached: false,
+            build_seconds: Some(1.0),
+        };
+        (staging, output)
+    }
+
+    #[test]
+    fn concurrent_kernel_inserts_both_succeed_without_leaks() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(&dir.path().join("cache")).unwrap();
+        let key = Key::new().with("source", "toy");
+        let barrier = Arc::new(Barrier::new(2));
+        let runs: Vec<_> = (0..2)
+            .map(|_| {
+                let (cache, key, barrier) = (cache.clone(), key.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    let (staging, output) = staged_kernel(&cache, &key, b"bzImage bytes");
+                    barrier.wait();
+                    cache_artifact(staging, &output, &key, &Ui::plain())
+                })
+            })
+            .collect();
+        let outputs: Vec<KernelOutput> = runs
+            .into_iter()
+            .map(|r| r.join().unwrap().unwrap_or_else(|e| panic!("{e:#}")))
+            .collect();
+        assert_eq!(outputs[0].bzimage, outputs[1].bzimage);
+        assert_eq!(outputs[0].bzimage_sha256, outputs[1].bzimage_sha256);
+        assert_eq!(names(&cache.root().join("kernels")), [key.digest()]);
+        assert!(files_under(&cache.root().join("tmp")).is_empty());
+        read_artifact(&outputs[0].artifact_dir, &key.digest()).unwrap();
+
+        // A later run with the same key (the old failure: `Directory not empty`).
+        let (staging, output) = staged_kernel(&cache, &key, b"bzImage bytes");
+        cache_artifact(staging, &output, &key, &Ui::plain()).unwrap();
+        assert!(files_under(&cache.root().join("tmp")).is_empty());
+    }
+
+    #[test]
+    fn damaged_kernel_artifact_is_refused_and_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(&dir.path().join("cache")).unwrap();
+        let key = Key::new().with("source", "toy");
+        let (staging, output) = staged_kernel(&cache, &key, b"bzImage bytes");
+        cache_artifact(staging, &output, &key, &Ui::plain()).unwrap();
+        std::fs::write(&output.bzimage, b"bzImage").unwrap();
+        let err = read_artifact(&output.artifact_dir, &key.digest()).unwrap_err();
+        assert!(format!("{err:#}").contains("hashes to"), "{err:#}");
+        // Caching the rebuilt kernel replaces the damaged entry.
+        let (staging, output) = staged_kernel(&cache, &key, b"bzImage bytes");
+        cache_artifact(staging, &output, &key, &Ui::plain()).unwrap();
+        read_artifact(&output.artifact_dir, &key.digest()).unwrap();
+        assert_eq!(names(&cache.root().join("kernels")), [key.digest()]);
+        assert!(files_under(&cache.root().join("tmp")).is_empty());
+    }
+
+    /// A recipe whose kernel source is a local toy tarball, so `--until
+    /// fetch` needs no network.
+    fn local_recipe(dir: &Path) -> PathBuf {
+        copy_project_inputs(dir);
+        toy_source(dir);
+        let recipe = dir.join("recipes/ci-rt.yaml");
+        let text = std::fs::read_to_string(&recipe).unwrap().replace(
+            "source: { debian: linux-source-6.12 }",
+            "source: { path: ../linux-9.9.tar }",
+        );
+        assert!(text.contains("../linux-9.9.tar"));
+        std::fs::write(&recipe, text).unwrap();
+        recipe
+    }
+
+    #[test]
+    fn second_run_on_a_work_dir_fails_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let recipe = local_recipe(dir.path());
+        let work = dir.path().join("build");
+        std::fs::create_dir(&work).unwrap();
+        let fetch = || {
+            let mut cmd = imgbuild();
+            cmd.arg("recipe")
+                .arg(&recipe)
+                .args(["--until", "fetch", "--work-dir"])
+                .arg(&work)
+                .arg("--cache-dir")
+                .arg(dir.path().join("cache"));
+            cmd
+        };
+        let held = imgbuild::cache::lock_work_dir(&work).unwrap();
+        let started = Instant::now();
+        fetch().assert().code(1).stderr(
+            contains(work.canonicalize().unwrap().display().to_string())
+                .and(contains("in use by another imgbuild run"))
+                .and(contains(format!("pid {}", std::process::id()))),
+        );
+        assert!(started.elapsed() < Duration::from_secs(30));
+        assert!(
+            files_under(&dir.path().join("cache/blobs")).is_empty(),
+            "fetch ran without the lock"
+        );
+        drop(held);
+        fetch().assert().code(0);
+    }
+}

@@ -1,0 +1,32 @@
+//! The device side of the OS: `emberrtos-device`, the one binary every image
+//! ships (at [`INSTALL_PATH`](emberrtos_contract::paths::INSTALL_PATH)), for first-boot provisioning and for updates
+//! (docs/ARCHITECTURE.md, "The device contract").
+//!
+//! - [`provision`]: `emberrtos-provision.service` runs it once per device,
+//!   before SSH starts. It reads the configuration medium, sets the hostname,
+//!   root's SSH keys and the update remote, and for `flavor: rt` resolves,
+//!   verifies ON THE DEVICE and deploys the RT commit, or refuses and says why.
+//! - [`status`], [`upgrade`], [`rollback`]: `emberrtos-update` (a link to the
+//!   same binary) over the deployments libostree keeps.
+//! - [`rt_run`]: `emberrtos-rt-run` (another link), a container on one
+//!   isolated CPU of an RT deployment.
+//!
+//! Every command works on an explicit sysroot: `/` on the device (the booted
+//! deployment with its live `/etc` and `/var`), or a scratch sysroot made with
+//! `ostree admin` in tests (its default deployment stands in for the booted
+//! one; see [`system::System`]).
+
+pub mod cli;
+pub mod deploy;
+pub mod grubenv;
+pub mod health;
+pub mod identity;
+pub mod machine;
+pub mod medium;
+pub mod provision;
+pub mod record;
+pub mod rollback;
+pub mod rt_run;
+pub mod status;
+pub mod system;
+pub mod upgrade;

@@ -1,0 +1,4 @@
+//! The integration tests of jitter: one test binary, one module per area.
+
+mod check;
+mod cli;
