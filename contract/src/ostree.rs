@@ -247,22 +247,77 @@ pub fn read_commit(repo: &ostree::Repo, rev: &str) -> Result<CommitInfo> {
     })
 }
 
+/// Packet tags of a transferable public key (RFC 9580, 10.1): signature (2),
+/// public key (6), marker (10), trust (12), user ID (13), public subkey (14),
+/// user attribute (17).
+const PUBLIC_KEY_TAGS: [u8; 7] = [2, 6, 10, 12, 13, 14, 17];
+const PUBLIC_KEY_TAG: u8 = 6;
+const PUBLIC_BLOCK: &str = "PGP PUBLIC KEY BLOCK";
+const NOT_A_PUBLIC_KEY: &str = "the key file is not an OpenPGP public key (`gpg --export --armor KEYID`)";
+
 /// An OpenPGP public key, ASCII-armored or binary; never a private key.
+/// Every packet is read (armored blocks decoded first): a secret key or
+/// subkey packet anywhere, or a packet no public key holds, is refused.
 pub fn gpg_public_key(data: &[u8]) -> Result<(), String> {
     if let Some(label) = crate::secrets::private_key_label(data) {
         return Err(format!(
             "the key file holds a private key (`{label}`): only the publisher's public key belongs here"
         ));
     }
-    let armored = data
+    for stream in packet_streams(data)? {
+        public_key_packets(&stream)?;
+    }
+    Ok(())
+}
+
+/// The packet streams of a key file: each armored public key block
+/// decoded (the file then ASCII text with no other kind of block), else the
+/// file itself when it starts with a packet header.
+fn packet_streams(data: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+    let blocks = crate::secrets::openpgp_armored(data, PUBLIC_BLOCK)?;
+    if blocks.is_empty() {
+        let binary = data.first().is_some_and(|&b| b & 0x80 != 0);
+        return binary
+            .then(|| vec![data.to_vec()])
+            .ok_or_else(|| NOT_A_PUBLIC_KEY.into());
+    }
+    let begin = format!("-----BEGIN {PUBLIC_BLOCK}-----");
+    let other_block = data
         .split(|&b| b == b'\n')
-        .any(|line| line.trim_ascii() == b"-----BEGIN PGP PUBLIC KEY BLOCK-----");
-    // A public-key packet (tag 6): old format 0b10_0110_xx, new format 0xc6.
-    let binary = data.first().is_some_and(|&b| b & 0xfc == 0x98 || b == 0xc6);
-    if armored || binary {
-        Ok(())
-    } else {
-        Err("the key file is not an OpenPGP public key (`gpg --export --armor KEYID`)".into())
+        .map(<[u8]>::trim_ascii)
+        .any(|line| line.starts_with(b"-----BEGIN ") && line != begin.as_bytes());
+    if other_block || !data.is_ascii() {
+        return Err(format!(
+            "the key file holds more than `{PUBLIC_BLOCK}` armor (another block, or bytes that are not ASCII text): only the publisher's public key belongs here"
+        ));
+    }
+    Ok(blocks)
+}
+
+/// Refuses a packet stream that is not a public key: a secret key or
+/// subkey packet anywhere is named as private key material.
+fn public_key_packets(stream: &[u8]) -> Result<(), String> {
+    use crate::secrets::{OPENPGP_SECRET_TAGS, openpgp_packets};
+    let read = openpgp_packets(stream);
+    let packets = read.packets;
+    if let Some(secret) = packets.iter().find(|p| OPENPGP_SECRET_TAGS.contains(&p.tag)) {
+        return Err(format!(
+            "the key file holds a private key (an OpenPGP secret key packet, tag {}, at byte {}): only the publisher's public key belongs here",
+            secret.tag, secret.offset
+        ));
+    }
+    if let Some(at) = read.unreadable {
+        return Err(format!("{NOT_A_PUBLIC_KEY}: byte {at} starts no OpenPGP packet"));
+    }
+    if packets.first().map(|p| p.tag) != Some(PUBLIC_KEY_TAG) {
+        return Err(NOT_A_PUBLIC_KEY.into());
+    }
+    match packets.iter().find(|p| !PUBLIC_KEY_TAGS.contains(&p.tag)) {
+        Some(other) => Err(format!(
+            "{NOT_A_PUBLIC_KEY}: the packet at byte {} (tag {}) is no part of a public key",
+            other.offset, other.tag
+        )),
+        None => Ok(()),
     }
 }
 
@@ -283,5 +338,60 @@ mod tests {
         for bad in [&b""[..], b"hello", b"ssh-ed25519 AAAA", &[0x95, 0x01]] {
             assert!(gpg_public_key(bad).is_err(), "{bad:?}");
         }
+    }
+
+    /// A public key packet (tag 6, old format, one-octet length) with a
+    /// version-4 body stub.
+    const PUBLIC: [u8; 4] = [0x98, 2, 4, 0];
+    const USER_ID: [u8; 4] = [0xb4, 2, b'i', b'd'];
+
+    fn private(data: &[u8]) -> String {
+        let e = gpg_public_key(data).expect_err("a private key must be refused");
+        assert!(e.contains("private key"), "{data:02x?}: {e}");
+        e
+    }
+
+    #[test]
+    fn binary_secret_key_packets_are_refused_as_private_keys() {
+        // Secret key (5) and secret subkey (7), old format (each length type) and new.
+        for first in [0x94, 0x95, 0x96, 0x97, 0xc5, 0x9c, 0x9d, 0x9e, 0x9f, 0xc7] {
+            private(&[first, 0, 0, 0, 0, 0]);
+        }
+        assert!(private(&[0xc5, 1, 4]).contains("tag 5, at byte 0"));
+    }
+
+    #[test]
+    fn a_public_key_followed_by_a_secret_subkey_is_refused() {
+        let with = |tail: &[u8]| [&PUBLIC[..], &USER_ID, tail].concat();
+        gpg_public_key(&with(&[0xce, 1, 4])).unwrap();
+        assert!(private(&with(&[0x9c, 1, 4])).contains("tag 7, at byte 8"));
+        assert!(private(&with(&[0xc7, 1, 4])).contains("tag 7, at byte 8"));
+        // Behind a two-octet, a five-octet and a partial length.
+        private(&[&PUBLIC[..], &[0xcd, 192, 0], &[b'u'; 192], &[0xc7, 0]].concat());
+        private(&[&PUBLIC[..], &[0xcd, 255, 0, 0, 0, 1, b'u', 0xc7, 0]].concat());
+        private(&[&PUBLIC[..], &[0xcd, 0xe0, b'u', 1, b'v', 0x9d, 0, 0]].concat());
+    }
+
+    #[test]
+    fn an_armored_public_block_is_read_down_to_its_packets() {
+        let armor = |body: &str| {
+            format!("-----BEGIN PGP PUBLIC KEY BLOCK-----\n\n{body}\n-----END PGP PUBLIC KEY BLOCK-----\n")
+        };
+        // `mAIEAA==`: [`PUBLIC`]; `mAIEAJwBBA==`: it and a secret subkey packet.
+        gpg_public_key(armor("mAIEAA==").as_bytes()).unwrap();
+        assert!(private(armor("mAIEAJwBBA==").as_bytes()).contains("tag 7, at byte 4"));
+        // Binary packets or another armor beside the public block are refused.
+        let mut beside = armor("mAIEAA==").into_bytes();
+        beside.extend([0x95, 1, 4]);
+        assert!(gpg_public_key(&beside).is_err());
+        let message = format!("{}-----BEGIN PGP MESSAGE-----\nowE=\n", armor("mAIEAA=="));
+        assert!(
+            gpg_public_key(message.as_bytes())
+                .unwrap_err()
+                .contains("more than")
+        );
+        // A compressed packet could carry anything: only key packets pass.
+        let compressed = gpg_public_key(&[&PUBLIC[..], &[0xc8, 1, 0]].concat()).unwrap_err();
+        assert!(compressed.contains("tag 8"), "{compressed}");
     }
 }

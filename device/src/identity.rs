@@ -6,6 +6,7 @@ use anyhow::{Context, Result, bail};
 
 use super::system::System;
 use emberrtos_contract::io::root::ImageRoot;
+use emberrtos_contract::provision::Provision;
 
 /// Writes `/etc/hostname` and, on the device, sets the running hostname.
 /// `hostname` was validated by the provision parser (RFC 1123).
@@ -41,11 +42,13 @@ pub fn root_home(passwd: &str) -> Result<PathBuf> {
     Ok(PathBuf::from(home))
 }
 
-/// Installs `authorized_keys` (one validated key per line) for root: a
-/// 0700 `.ssh` holding a 0600 `authorized_keys`, both root's. Everything is
-/// written inside root's home: a link there (`.ssh -> /etc`) is replaced,
-/// never followed out. Returns the home as seen on the device.
-pub fn install_root_keys(system: &System, authorized_keys: &str) -> Result<PathBuf> {
+/// Installs the medium's keys for root: a 0700 `.ssh` holding a 0600
+/// `authorized_keys`, both root's. Only a parsed [`Provision`] supplies
+/// them, so the file holds validated keys, each once, within the caps of
+/// `provision::MAX_AUTHORIZED_KEYS` and `MAX_AUTHORIZED_KEYS_BYTES`.
+/// Everything is written inside root's home: a link there (`.ssh -> /etc`)
+/// is replaced, never followed out. Returns the home as seen on the device.
+pub fn install_root_keys(system: &System, provision: &Provision) -> Result<PathBuf> {
     let passwd =
         String::from_utf8(system.root.read(Path::new("etc/passwd"))?).context("/etc/passwd is not UTF-8")?;
     let home = root_home(&passwd)?;
@@ -62,7 +65,7 @@ pub fn install_root_keys(system: &System, authorized_keys: &str) -> Result<PathB
     home_root.create_dir_all(ssh, 0o700)?;
     home_root.set_attr(ssh, 0o700, 0, 0)?;
     let keys = ssh.join("authorized_keys");
-    home_root.write(&keys, authorized_keys.as_bytes(), 0o600)?;
+    home_root.write(&keys, provision.authorized_keys().as_bytes(), 0o600)?;
     home_root.set_attr(&keys, 0o600, 0, 0)?;
     Ok(home)
 }

@@ -197,4 +197,27 @@ mod tests {
         .unwrap();
         assert!(format!("{:#}", medium.read("emberrtos/big").unwrap_err()).contains("larger than"));
     }
+
+    /// A 23 KB medium once made a 33 MB `authorized_keys`: one long key
+    /// aliased thousands of times. Read as provisioning reads it, the file is
+    /// refused before it is deserialized; a key given twice is kept once.
+    #[test]
+    fn a_medium_cannot_amplify_or_repeat_roots_keys() {
+        use emberrtos_contract::provision::{self, MEDIUM_FILE};
+        const KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMb0BNNQoj3nWEsjM+9r/UoI4GBWm7F3uUbLuQGNTzYr ops@example.org";
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("emberrtos")).unwrap();
+        let medium = Medium::dir(dir.path()).unwrap();
+        let parse = |keys: String| {
+            let text = format!("flavor: standard\nhostname: a\nssh-authorized-keys: [{keys}]\n");
+            std::fs::write(dir.path().join(MEDIUM_FILE), text).unwrap();
+            let read = String::from_utf8(medium.read(MEDIUM_FILE).unwrap()).unwrap();
+            provision::parse(&read, MEDIUM_FILE)
+        };
+        let long = format!("'{KEY}{}'", "c".repeat(6000));
+        let amplified = parse(format!("&k {long},{}", vec!["*k"; 4000].join(","))).unwrap_err();
+        assert!(amplified.message.contains("aliases expand"), "{amplified}");
+        let twice = parse(format!("'{KEY}', '{KEY}'")).unwrap();
+        assert_eq!(twice.authorized_keys(), format!("{KEY}\n"));
+    }
 }

@@ -173,11 +173,11 @@ fn read_provision(medium: &Medium) -> Result<Provision> {
 /// Hostname, root's keys and the update remote.
 fn apply_identity(system: &System, medium: &Medium, provision: &Provision) -> Result<()> {
     identity::set_hostname(system, &provision.hostname)?;
-    let home = identity::install_root_keys(system, &provision.authorized_keys())?;
+    let home = identity::install_root_keys(system, provision)?;
     println!(
         "hostname {}; {} SSH key(s) for root in {}/.ssh/authorized_keys",
         provision.hostname,
-        provision.ssh_authorized_keys.len(),
+        provision.ssh_authorized_keys().len(),
         home.display()
     );
     let Some(remote) = &provision.update_remote else {

@@ -4,14 +4,15 @@
 //! `update-remote.gpg-key` names one, the publisher's key beside it.
 //!
 //! Every input is checked before anything is written; a bad one is a
-//! [`ProvisionError`] naming the field (exit 2). The image is built without
+//! [`ProvisionError`] naming the field (exit 2), and an `--out` that is one
+//! of the inputs a [`BadInput`] (exit 2). The image is built without
 //! loop mounts by mtools (`mformat`, `mmd`, `mcopy`) in a temp file beside
 //! the output and renamed into place when complete. It is reproducible: the
 //! volume id is derived from the content, and every timestamp is
 //! `SOURCE_DATE_EPOCH` (else [`DEFAULT_EPOCH`]) in UTC.
 
 use std::io::Read;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -21,6 +22,7 @@ use sha2::{Digest, Sha256};
 
 use crate::io::hashing::sha256_file;
 use crate::tool;
+use emberrtos_contract::error::BadInput;
 use emberrtos_contract::io::root::ImageRoot;
 use emberrtos_contract::provision::{self, Flavor, LABEL, MEDIUM_FILE, Provision, ProvisionError};
 
@@ -60,15 +62,34 @@ pub struct MediumReport {
     pub hostname: String,
 }
 
-/// A file for the medium: its path there and its bytes.
+/// A file for the medium: its path there, its bytes, and the host file
+/// they were read from.
 struct MediumFile {
     path: String,
     data: Vec<u8>,
+    from: Input,
+}
+
+/// A host file read as an input: its path as given and its identity.
+struct Input {
+    shown: PathBuf,
+    /// `(st_dev, st_ino)` of the file that was read.
+    id: (u64, u64),
+}
+
+impl Input {
+    fn new(shown: &Path, meta: &std::fs::Metadata) -> Input {
+        Input {
+            shown: shown.to_path_buf(),
+            id: (meta.dev(), meta.ino()),
+        }
+    }
 }
 
 /// Validates the inputs, then writes the medium to `options.out`.
 pub fn build(options: &MediumOptions) -> Result<MediumReport> {
     let (provision, files) = gather(options)?;
+    refuse_overwriting_inputs(options.out, &files)?;
     tool::require("mformat")?;
     let serial = volume_serial(&files);
     let epoch = fat_epoch(std::env::var("SOURCE_DATE_EPOCH").ok().as_deref());
@@ -94,12 +115,14 @@ fn gather(options: &MediumOptions) -> Result<(Provision, Vec<MediumFile>), Provi
         position: None,
         message,
     };
-    let bytes = read_regular_file(options.provision).map_err(|e| file_error(format!("cannot read: {e}")))?;
+    let (bytes, from) =
+        read_regular_file(options.provision).map_err(|e| file_error(format!("cannot read: {e}")))?;
     let text = String::from_utf8(bytes).map_err(|_| file_error("is not UTF-8 text".into()))?;
     let provision = provision::parse(&text, &name)?;
     let mut files = vec![MediumFile {
         path: MEDIUM_FILE.to_string(),
         data: text.into_bytes(),
+        from,
     }];
     if let Some(key) = gpg_key(&provision, options)? {
         files.push(key);
@@ -126,7 +149,7 @@ fn gpg_key(provision: &Provision, options: &MediumOptions) -> Result<Option<Medi
     let name = path
         .strip_prefix(&format!("{}/", provision::MEDIUM_DIR))
         .expect("under the medium dir");
-    let data = match options.gpg_key {
+    let (data, from) = match options.gpg_key {
         Some(given) => read_regular_file(given)
             .map_err(|e| provision.error(GPG_KEY_FIELD, format!("--gpg-key {}: {e}", given.display())))?,
         None => read_beside(options.provision, name).map_err(|e| {
@@ -137,12 +160,32 @@ fn gpg_key(provision: &Provision, options: &MediumOptions) -> Result<Option<Medi
         })?,
     };
     crate::ostree::gpg_public_key(&data).map_err(|e| provision.error(GPG_KEY_FIELD, e))?;
-    Ok(Some(MediumFile { path, data }))
+    Ok(Some(MediumFile { path, data, from }))
+}
+
+/// Refuses an `--out` that is one of the files read: the same file once
+/// links are followed (same device and inode, which canonical paths that
+/// compare equal also are). An output that does not exist yet is no input.
+fn refuse_overwriting_inputs(out: &Path, files: &[MediumFile]) -> Result<(), BadInput> {
+    let Ok(meta) = std::fs::metadata(out) else {
+        return Ok(());
+    };
+    match files.iter().find(|file| file.from.id == (meta.dev(), meta.ino())) {
+        Some(file) => Err(BadInput::new(
+            "--out",
+            format!(
+                "{} is the input {}: the image would overwrite it; write it elsewhere",
+                out.display(),
+                file.from.shown.display()
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Reads `rel` inside the directory of `yaml`, refusing anything but a
 /// regular file (a symlink, a FIFO, a device).
-fn read_beside(yaml: &Path, rel: &str) -> Result<Vec<u8>> {
+fn read_beside(yaml: &Path, rel: &str) -> Result<(Vec<u8>, Input)> {
     let dir = match yaml.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
@@ -158,18 +201,19 @@ fn read_beside(yaml: &Path, rel: &str) -> Result<Vec<u8>> {
         "{} is larger than {MAX_INPUT_BYTES} bytes",
         shown.display()
     );
-    root.read(Path::new(rel))
+    Ok((root.read(Path::new(rel))?, Input::new(&shown, &meta)))
 }
 
 /// Reads a regular file of at most [`MAX_INPUT_BYTES`]; opening never blocks
 /// on a FIFO.
-fn read_regular_file(path: &Path) -> std::io::Result<Vec<u8>> {
+fn read_regular_file(path: &Path) -> std::io::Result<(Vec<u8>, Input)> {
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
         .open(path)?;
-    if !file.metadata()?.is_file() {
+    let meta = file.metadata()?;
+    if !meta.is_file() {
         return Err(std::io::Error::other("not a regular file"));
     }
     let mut data = Vec::new();
@@ -179,7 +223,7 @@ fn read_regular_file(path: &Path) -> std::io::Result<Vec<u8>> {
             "larger than {MAX_INPUT_BYTES} bytes"
         )));
     }
-    Ok(data)
+    Ok((data, Input::new(path, &meta)))
 }
 
 /// The FAT volume serial: the first 32 bits of a hash of every file's path
@@ -279,15 +323,107 @@ fn directories(files: &[MediumFile]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use emberrtos_contract::error::{exit, exit_code};
+
+    const KEY: &str =
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMb0BNNQoj3nWEsjM+9r/UoI4GBWm7F3uUbLuQGNTzYr ops@example.org";
+    /// A binary public key packet (tag 6) and a user ID packet (tag 13).
+    const PUBLIC_KEY: [u8; 8] = [0x98, 2, 4, 0, 0xb4, 2, b'i', b'd'];
+
+    fn file(path: &str, data: &[u8]) -> MediumFile {
+        MediumFile {
+            path: path.into(),
+            data: data.to_vec(),
+            from: Input {
+                shown: PathBuf::from(path),
+                id: (0, 0),
+            },
+        }
+    }
+
+    /// A dir with `provision.yaml` naming `publisher.asc`, and that key.
+    fn workspace(key: &[u8]) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let yaml = dir.path().join("provision.yaml");
+        std::fs::write(
+            &yaml,
+            format!(
+                "flavor: rt\nhostname: cell-07\nssh-authorized-keys: [\"{KEY}\"]\nupdate-remote: {{url: https://updates.example.org/emberrtos/, gpg-key: publisher.asc}}\n"
+            ),
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("publisher.asc"), key).unwrap();
+        (dir, yaml)
+    }
+
+    fn build_to(yaml: &Path, out: &Path, gpg_key: Option<&Path>) -> anyhow::Error {
+        let options = MediumOptions {
+            provision: yaml,
+            out,
+            gpg_key,
+        };
+        build(&options).expect_err("must be refused")
+    }
+
+    #[test]
+    fn an_output_that_is_an_input_is_refused_before_anything_is_written() {
+        let (dir, yaml) = workspace(&PUBLIC_KEY);
+        let key = dir.path().join("publisher.asc");
+        let given = dir.path().join("given.asc");
+        std::fs::write(&given, PUBLIC_KEY).unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::os::unix::fs::symlink(&yaml, dir.path().join("link.img")).unwrap();
+        std::fs::hard_link(&yaml, dir.path().join("hard.img")).unwrap();
+        let yaml_text = std::fs::read(&yaml).unwrap();
+        for (out, gpg_key, input) in [
+            (yaml.clone(), None, &yaml),
+            (dir.path().join("./sub/../provision.yaml"), None, &yaml),
+            (dir.path().join("link.img"), None, &yaml),
+            (dir.path().join("hard.img"), None, &yaml),
+            (key.clone(), None, &key),
+            (given.clone(), Some(given.as_path()), &given),
+        ] {
+            let e = build_to(&yaml, &out, gpg_key);
+            let bad = e.downcast_ref::<BadInput>().unwrap_or_else(|| panic!("{e:#}"));
+            assert_eq!(bad.option, "--out");
+            assert!(
+                bad.message.contains(&format!("is the input {}", input.display())),
+                "{bad}"
+            );
+            assert_eq!(exit_code(&e), exit::USAGE);
+        }
+        assert_eq!(std::fs::read(&yaml).unwrap(), yaml_text);
+        assert_eq!(std::fs::read(&key).unwrap(), PUBLIC_KEY);
+        assert_eq!(std::fs::read(&given).unwrap(), PUBLIC_KEY);
+    }
+
+    #[test]
+    fn a_binary_secret_key_is_refused_and_never_reaches_the_medium() {
+        // The public key followed by a secret subkey packet (tag 7).
+        let with_secret = [&PUBLIC_KEY[..], &[0x9c, 1, 4]].concat();
+        for key in [&with_secret[..], &[0x95, 1, 4][..], &[0xc5, 1, 4]] {
+            let (dir, yaml) = workspace(key);
+            let out = dir.path().join("cfg.img");
+            let e = build_to(&yaml, &out, None);
+            let e = e
+                .downcast_ref::<ProvisionError>()
+                .unwrap_or_else(|| panic!("{e:#}"));
+            assert_eq!(e.field, GPG_KEY_FIELD);
+            assert!(e.message.contains("private key"), "{e}");
+            assert!(!out.exists());
+            let given = build_to(&yaml, &out, Some(&dir.path().join("publisher.asc")));
+            assert!(format!("{given:#}").contains("private key"), "{given:#}");
+            assert!(!out.exists());
+        }
+    }
 
     #[test]
     fn directories_come_parents_first() {
-        let file = |path: &str| MediumFile {
-            path: path.into(),
-            data: vec![],
-        };
         assert_eq!(
-            directories(&[file("emberrtos/provision.yaml"), file("emberrtos/keys/a/p.asc")]),
+            directories(&[
+                file("emberrtos/provision.yaml", b""),
+                file("emberrtos/keys/a/p.asc", b"")
+            ]),
             ["emberrtos", "emberrtos/keys", "emberrtos/keys/a"]
         );
     }
@@ -303,12 +439,7 @@ mod tests {
 
     #[test]
     fn volume_serial_follows_the_content() {
-        let one = |path: &str, data: &[u8]| {
-            volume_serial(&[MediumFile {
-                path: path.into(),
-                data: data.to_vec(),
-            }])
-        };
+        let one = |path: &str, data: &[u8]| volume_serial(&[file(path, data)]);
         assert_eq!(one("a", b"x"), one("a", b"x"));
         assert_ne!(one("a", b"x"), one("a", b"y"));
         assert_ne!(one("ab", b"x"), one("a", b"bx"));

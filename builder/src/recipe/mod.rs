@@ -226,8 +226,17 @@ pub fn normalize(path: &Path) -> PathBuf {
     out
 }
 
-/// The schema form, or the deserializer's error with its position.
+/// The schema form, or the first error with its position: the size and
+/// depth guard ([`check_bounds`](emberrtos_contract::yaml::check_bounds))
+/// runs before the deserializer sees the text.
 fn deserialize(text: &str, file: &Path) -> Result<RawRecipe, RecipeError> {
+    use emberrtos_contract::yaml::{LIMITS, check_bounds};
+    check_bounds(text, LIMITS).map_err(|e| RecipeError {
+        file: file.to_path_buf(),
+        field: String::new(),
+        position: Some(e.position()),
+        message: e.to_string(),
+    })?;
     yaml_serde::from_str(text).map_err(|e| {
         let (field, message) = split_yaml_error(&e.to_string());
         RecipeError {

@@ -916,3 +916,58 @@ fn bad_kernel_build_settings_name_their_field() {
     let e = err(&dir, &with_build("    distcc: { hosts: a, port: 1 }\n"));
     assert!(e.to_string().contains("port"), "{e}");
 }
+
+#[test]
+fn billion_laughs_recipe_is_refused_before_deserializing_naming_the_limit() {
+    let laughs: String = (1..10)
+        .map(|level| {
+            format!(
+                "&l{level} [{}], ",
+                vec![format!("*l{}", level - 1); 10].join(", ")
+            )
+        })
+        .collect();
+    let text = rt_recipe().replace(
+        "cmdline: [nohz_full=1,",
+        &format!("cmdline: [&l0 nohz_full=1, {laughs}"),
+    );
+    assert!(text.len() < 4096, "{}", text.len());
+    let e = parse_err(&text);
+    assert_eq!(
+        (e.field.as_str(), e.position.map(|p| p.line)),
+        ("", Some(8)),
+        "{e}"
+    );
+    assert!(
+        e.message
+            .contains("aliases expand the document beyond the limit of 1048576"),
+        "{e}"
+    );
+}
+
+#[test]
+fn ten_thousand_nested_lists_are_refused_by_the_depth_limit() {
+    let text = rt_recipe().replace(
+        "  base: tinyconfig\n",
+        &format!("  base: {}{}\n", "[".repeat(10_000), "]".repeat(10_000)),
+    );
+    let e = parse_err(&text);
+    assert_eq!(
+        (e.field.as_str(), e.position.map(|p| p.line)),
+        ("", Some(6)),
+        "{e}"
+    );
+    assert!(e.message.contains("deeper than the limit of 64 levels"), "{e}");
+}
+
+#[test]
+fn a_recipe_with_a_benign_alias_still_parses() {
+    let text = rt_recipe()
+        .replace("name: emberrtos", "name: &name emberrtos")
+        .replace("version: \"2026.11.1\"", "version: *name");
+    let recipe = parse(&text).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        (recipe.name.as_str(), recipe.version.as_str()),
+        ("emberrtos", "emberrtos")
+    );
+}

@@ -12,11 +12,13 @@
 //! naming file, field, line and column out). The builder runs it before it
 //! writes a medium, and the device runs the same parser before it trusts one,
 //! so this module depends only on serde, `yaml_serde` and the recipe's pure
-//! [`syntax`] checks and [`locate`](crate::yaml::locate) helper: nothing
+//! [`syntax`] checks and [`yaml`](crate::yaml) helpers (the
+//! [`check_bounds`](crate::yaml::check_bounds) guard, [`locate`]): nothing
 //! that touches files, runs tools or needs ostree.
 
 mod checks;
 
+use std::collections::HashSet;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -33,6 +35,13 @@ pub const MEDIUM_DIR: &str = "emberrtos";
 pub const MEDIUM_FILE: &str = "emberrtos/provision.yaml";
 /// The largest `provision.yaml` or key file accepted, by the builder and the device.
 pub const MAX_INPUT_BYTES: u64 = 1024 * 1024;
+/// The most keys `ssh-authorized-keys` may list.
+pub const MAX_AUTHORIZED_KEYS: usize = 64;
+/// The largest `authorized_keys` file provisioning writes.
+pub const MAX_AUTHORIZED_KEYS_BYTES: usize = 256 * 1024;
+
+const KEYS_FIELD: &str = "ssh-authorized-keys";
+const GPG_KEY_FIELD: &str = "update-remote.gpg-key";
 
 /// A `provision.yaml` error that points at the offending field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -103,8 +112,10 @@ pub struct Provision {
     pub flavor: Flavor,
     /// One or more RFC 1123 labels separated by `.`.
     pub hostname: String,
-    /// Normalised OpenSSH public keys, `type base64 [comment]`, one line each.
-    pub ssh_authorized_keys: Vec<String>,
+    /// Normalised OpenSSH public keys, `type base64 [comment]`, each key
+    /// once, within [`MAX_AUTHORIZED_KEYS`] and [`MAX_AUTHORIZED_KEYS_BYTES`]:
+    /// private, so only [`parse`] makes the list.
+    ssh_authorized_keys: Vec<String>,
     pub update_remote: Option<UpdateRemote>,
     #[serde(skip)]
     file: String,
@@ -113,7 +124,13 @@ pub struct Provision {
 }
 
 impl Provision {
-    /// The `authorized_keys` file: one validated key per line.
+    /// The validated keys, each once.
+    pub fn ssh_authorized_keys(&self) -> &[String] {
+        &self.ssh_authorized_keys
+    }
+
+    /// The `authorized_keys` file: one validated key per line, each key once,
+    /// at most [`MAX_AUTHORIZED_KEYS_BYTES`].
     pub fn authorized_keys(&self) -> String {
         self.ssh_authorized_keys
             .iter()
@@ -151,27 +168,15 @@ pub fn parse(text: &str, file: &str) -> Result<Provision, ProvisionError> {
     let error = |field: &str, message: String| field_error(file, &locations, field, message);
 
     checks::hostname(&raw.hostname).map_err(|e| error("hostname", e))?;
-    if raw.ssh_authorized_keys.is_empty() {
-        return Err(error(
-            "ssh-authorized-keys",
-            "list at least one key: provisioning installs them for root, who logs in with keys only".into(),
-        ));
-    }
-    let ssh_authorized_keys = raw
-        .ssh_authorized_keys
-        .iter()
-        .enumerate()
-        .map(|(i, key)| {
-            syntax::ssh_public_key(key).map_err(|e| error(&format!("ssh-authorized-keys[{i}]"), e))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let ssh_authorized_keys = authorized_keys(&raw.ssh_authorized_keys, &error)?;
     let update_remote = raw
         .update_remote
         .map(|remote| -> Result<UpdateRemote, ProvisionError> {
             syntax::remote_url(&remote.url).map_err(|e| error("update-remote.url", e))?;
             if let Some(key) = &remote.gpg_key {
-                checks::medium_path(key).map_err(|e| error("update-remote.gpg-key", e))?;
-                checks::not_the_provision_file(key).map_err(|e| error("update-remote.gpg-key", e))?;
+                // The clash first: `PROVISION.YAML` is named as what it is.
+                checks::not_the_provision_file(key).map_err(|e| error(GPG_KEY_FIELD, e))?;
+                checks::medium_path(key).map_err(|e| error(GPG_KEY_FIELD, e))?;
             }
             Ok(UpdateRemote {
                 url: remote.url,
@@ -189,8 +194,63 @@ pub fn parse(text: &str, file: &str) -> Result<Provision, ProvisionError> {
     })
 }
 
-/// The schema form, or the deserializer's error with its field and position.
+/// `ssh-authorized-keys` validated and normalised, each key once (the
+/// first of its duplicates kept, comments aside), within
+/// [`MAX_AUTHORIZED_KEYS`] and [`MAX_AUTHORIZED_KEYS_BYTES`].
+fn authorized_keys(
+    raw: &[String],
+    error: &impl Fn(&str, String) -> ProvisionError,
+) -> Result<Vec<String>, ProvisionError> {
+    if raw.is_empty() {
+        return Err(error(
+            KEYS_FIELD,
+            "list at least one key: provisioning installs them for root, who logs in with keys only".into(),
+        ));
+    }
+    if raw.len() > MAX_AUTHORIZED_KEYS {
+        return Err(error(
+            KEYS_FIELD,
+            format!(
+                "lists {} keys: at most {MAX_AUTHORIZED_KEYS} are allowed",
+                raw.len()
+            ),
+        ));
+    }
+    let mut seen = HashSet::new();
+    let mut keys = Vec::new();
+    for (i, key) in raw.iter().enumerate() {
+        let key = syntax::ssh_public_key(key).map_err(|e| error(&format!("{KEYS_FIELD}[{i}]"), e))?;
+        if seen.insert(key_material(&key).to_string()) {
+            keys.push(key);
+        }
+    }
+    let bytes: usize = keys.iter().map(|key| key.len() + 1).sum();
+    if bytes > MAX_AUTHORIZED_KEYS_BYTES {
+        return Err(error(
+            KEYS_FIELD,
+            format!(
+                "the keys make an authorized_keys file of {bytes} bytes: at most {MAX_AUTHORIZED_KEYS_BYTES} are allowed (shorten the comments)"
+            ),
+        ));
+    }
+    Ok(keys)
+}
+
+/// `type base64` of a normalised key line: the key without its comment.
+fn key_material(key: &str) -> &str {
+    key.match_indices(' ').nth(1).map_or(key, |(end, _)| &key[..end])
+}
+
+/// The schema form, or the first error with its field and position: the
+/// size and depth guard ([`check_bounds`](crate::yaml::check_bounds)) runs
+/// before the deserializer sees the text.
 fn deserialize(text: &str, file: &str) -> Result<RawProvision, ProvisionError> {
+    crate::yaml::check_bounds(text, crate::yaml::LIMITS).map_err(|e| ProvisionError {
+        file: file.to_string(),
+        field: String::new(),
+        position: Some(e.position()),
+        message: e.to_string(),
+    })?;
     yaml_serde::from_str(text).map_err(|e| {
         let (field, message) = crate::yaml::split_yaml_error(&e.to_string());
         ProvisionError {

@@ -158,3 +158,123 @@ fn not_a_mapping_and_garbage_are_errors_not_panics() {
         let _ = err(text);
     }
 }
+
+/// A distinct, valid ed25519 key line with `comment`.
+fn nth_key(n: u8, comment: &str) -> String {
+    use ssh_key::public::{Ed25519PublicKey, KeyData};
+    ssh_key::PublicKey::new(KeyData::Ed25519(Ed25519PublicKey([n; 32])), comment)
+        .to_openssh()
+        .unwrap()
+}
+
+fn with_keys(keys: &[String]) -> String {
+    let list: Vec<String> = keys.iter().map(|k| format!("'{k}'")).collect();
+    format!(
+        "flavor: standard\nhostname: a\nssh-authorized-keys: [{}]\n",
+        list.join(", ")
+    )
+}
+
+#[test]
+fn billion_laughs_is_refused_before_deserializing_naming_the_limit() {
+    let laughs: String = (1..10)
+        .map(|level| {
+            format!(
+                "&h{level} [{}], ",
+                vec![format!("*h{}", level - 1); 10].join(", ")
+            )
+        })
+        .collect();
+    let text = text()
+        .replace("hostname: cell-07", "hostname: &h0 cell-07")
+        .replace(
+            "ssh-authorized-keys: [",
+            &format!("ssh-authorized-keys: [{laughs}"),
+        );
+    assert!(text.len() < 4096, "{}", text.len());
+    let e = err(&text);
+    assert_eq!(e.field, "");
+    assert!(e.line().is_some() && e.column().is_some(), "{e}");
+    assert!(
+        e.message
+            .contains("aliases expand the document beyond the limit of 1048576"),
+        "{e}"
+    );
+}
+
+#[test]
+fn ten_thousand_nested_lists_are_refused_by_the_depth_limit() {
+    let text = format!(
+        "{}hostname: {}{}\n",
+        text().replace("hostname: cell-07\n", ""),
+        "[".repeat(10_000),
+        "]".repeat(10_000)
+    );
+    let e = err(&text);
+    assert_eq!((e.field.as_str(), e.line()), ("", Some(4)), "{e}");
+    assert!(e.message.contains("deeper than the limit of 64 levels"), "{e}");
+}
+
+#[test]
+fn a_benign_alias_still_parses_and_a_repeated_key_is_written_once() {
+    let text = format!(
+        "flavor: rt\nhostname: cell-07\nssh-authorized-keys: [&ops \"{KEY}\", *ops, \"{}\"]\n",
+        KEY.replace("ops@example.org", "same key, other comment")
+    );
+    let p = parse(&text, "provision.yaml").unwrap();
+    assert_eq!(p.ssh_authorized_keys(), [KEY]);
+    assert_eq!(p.authorized_keys(), format!("{KEY}\n"));
+}
+
+#[test]
+fn more_than_64_keys_are_refused_on_the_field() {
+    let keys: Vec<String> = (0..=64).map(|n| nth_key(n, "k")).collect();
+    let e = err(&with_keys(&keys));
+    assert_eq!((e.field.as_str(), e.line()), ("ssh-authorized-keys", Some(3)));
+    assert!(e.message.contains("lists 65 keys: at most 64"), "{e}");
+    // The cap counts entries as written: 65 copies of one key are refused too.
+    let e = err(&with_keys(&vec![KEY.to_string(); 65]));
+    assert!(e.message.contains("at most 64"), "{e}");
+    let p = parse(&with_keys(&keys[..64]), "p.yaml").unwrap();
+    assert_eq!(p.authorized_keys().lines().count(), 64);
+}
+
+#[test]
+fn an_authorized_keys_file_over_its_byte_cap_is_refused() {
+    let comment = "c".repeat(MAX_AUTHORIZED_KEYS_BYTES / 60);
+    let keys: Vec<String> = (0..64).map(|n| nth_key(n, &comment)).collect();
+    let e = err(&with_keys(&keys));
+    assert_eq!(e.field, "ssh-authorized-keys");
+    assert!(
+        e.message
+            .contains(&format!("at most {MAX_AUTHORIZED_KEYS_BYTES} are allowed")),
+        "{e}"
+    );
+}
+
+/// A 23 KB medium once became a 33 MB `authorized_keys`: one long key,
+/// aliased thousands of times.
+#[test]
+fn a_key_list_amplified_by_aliases_is_refused() {
+    let long = nth_key(1, &"c".repeat(6000));
+    let aliases = vec!["*k"; 4000].join(",");
+    let text = format!("flavor: standard\nhostname: a\nssh-authorized-keys: [&k '{long}',{aliases}]\n");
+    assert!(text.len() < 24 * 1024, "{}", text.len());
+    let e = err(&text);
+    assert!(e.message.contains("aliases expand"), "{e}");
+}
+
+#[test]
+fn a_gpg_key_name_fat_or_iso9660_would_change_is_refused() {
+    for (name, message) in [
+        ("provision.yaml.", "where the medium keeps `provision.yaml`"),
+        ("PROVISION.YAML", "where the medium keeps `provision.yaml`"),
+        ("Provision.yaml./k.asc", "where the medium keeps `provision.yaml`"),
+        ("publisher.asc.", "ends in `.`"),
+        ("Publisher.asc", "lowercase"),
+    ] {
+        let e = err(&text().replace("gpg-key: publisher.asc", &format!("gpg-key: '{name}'")));
+        assert_eq!((e.field.as_str(), e.line()), ("update-remote.gpg-key", Some(4)));
+        assert!(e.message.contains(message), "{name:?}: {e}");
+    }
+}
