@@ -64,9 +64,11 @@ struct RtRunArgs {
     /// KEY=VALUE in the container's environment (repeatable).
     #[arg(long = "env", short = 'e', value_name = "KEY=VALUE")]
     env: Vec<String>,
-    /// A bind mount, SRC:DEST[:OPTIONS] (repeatable); keep its I/O off the
-    /// RT path.
-    #[arg(long = "volume", short = 'v', value_name = "SRC:DEST")]
+    /// A bind mount, SRC:DEST[:ro|rw] (repeatable): SRC is a file or dir
+    /// in a data dir (`data-dir=` lines of /etc/emberrtos/rt-run.conf,
+    /// default /var/lib/emberrtos/rt-data), read-only unless `rw` is given;
+    /// keep its I/O off the RT path.
+    #[arg(long = "volume", short = 'v', value_name = "SRC:DEST[:ro|rw]")]
     volumes: Vec<String>,
     /// The image, from the local store (`podman import` or `podman load`
     /// it): nothing is pulled.

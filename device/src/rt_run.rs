@@ -7,15 +7,20 @@
 //! another emberrtos-rt-run, or jitter) holds. The CPU's lock is held from
 //! the check to `podman start`; attached, podman inherits it for as long as
 //! it runs.
+//!
+//! A `--volume` mounts only a file or dir inside a site data dir (see
+//! [`CONFIG_FILE`]), read-only unless `rw` is asked for: a rootful container
+//! given `/`, `/etc` or a socket could rewrite the host, and no profile
+//! would hold.
 
 use std::ffi::OsString;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Component, Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use rtreport::container::{self, Container, ListFailure, Refusal, Running};
 
 use emberrtos_contract::error::exit;
@@ -32,7 +37,7 @@ pub struct RtRunOptions {
     pub detach: bool,
     /// `KEY=VALUE` for the container's environment.
     pub env: Vec<String>,
-    /// `SRC:DEST[:OPTIONS]` bind mounts.
+    /// `SRC:DEST[:ro|rw]` bind mounts, SRC in a data dir ([`bind_mount`]).
     pub volumes: Vec<String>,
     /// From the local store only: nothing is pulled.
     pub image: String,
@@ -41,6 +46,7 @@ pub struct RtRunOptions {
 
 pub fn run(options: &RtRunOptions) -> Result<u8> {
     validate(options)?;
+    let volumes = volume_args(&options.volumes, Path::new(CONFIG_FILE))?;
     let isolated = container::rt_cpus(&read_running(Path::new("/"))?.as_running())?;
     let cpu = container::choose_cpu(&isolated, options.cpu, &list_rt_containers()?)?;
     let lock = container::lock_cpu(cpu)
@@ -48,7 +54,7 @@ pub fn run(options: &RtRunOptions) -> Result<u8> {
         .ok_or(Refusal::Locked { cpu })?;
     // Listed again under the lock: a container started since is seen.
     container::check_free(cpu, &list_rt_containers()?)?;
-    let id = podman_output(&create_args(cpu, options)).context("creating the container")?;
+    let id = podman_output(&create_args(cpu, options, &volumes)).context("creating the container")?;
     eprintln!("emberrtos-rt-run: container {} on CPU {cpu}", short(&id));
     if options.detach {
         podman_output(&["start".into(), id.clone().into()]).context("starting the container")?;
@@ -104,19 +110,187 @@ fn validate(options: &RtRunOptions) -> Result<()> {
             bail!(bad("--env", format!("{env:?} is not KEY=VALUE")));
         }
     }
-    for volume in &options.volumes {
-        if volume.starts_with('-') || !volume.contains(':') {
-            bail!(bad("--volume", format!("{volume:?} is not SRC:DEST[:OPTIONS]")));
-        }
-    }
     if options.image.is_empty() || options.image.starts_with('-') {
         bail!(bad("IMAGE", format!("{:?} is not an image name", options.image)));
     }
     Ok(())
 }
 
-/// `podman create` with the RT profile for `cpu` and the caller's options.
-fn create_args(cpu: u32, options: &RtRunOptions) -> Vec<OsString> {
+/// The site's data dirs: one `data-dir=/DIR` line each; `#` starts a
+/// comment. Root's file; without one (or without a `data-dir=` line),
+/// [`DEFAULT_DATA_DIR`].
+pub const CONFIG_FILE: &str = "/etc/emberrtos/rt-run.conf";
+pub const DEFAULT_DATA_DIR: &str = "/var/lib/emberrtos/rt-data";
+
+/// What a data dir may neither be, hold nor lie in: the system's own trees
+/// and the agent's records.
+const SYSTEM_PATHS: [&str; 15] = [
+    "/boot",
+    "/dev",
+    "/etc",
+    "/ostree",
+    "/proc",
+    "/root",
+    "/run",
+    "/sys",
+    "/sysroot",
+    "/usr",
+    "/var/lib/containers",
+    "/var/lib/emberrtos/health",
+    "/var/lib/emberrtos/health.json",
+    "/var/lib/emberrtos/provision.json",
+    "/var/roothome",
+];
+
+/// Where in the container nothing is mounted over.
+const KERNEL_TREES: [&str; 3] = ["/proc", "/sys", "/dev"];
+
+/// The data dirs `config` names (pure; see [`CONFIG_FILE`]).
+pub fn parse_config(config: &str) -> Result<Vec<PathBuf>, String> {
+    let mut dirs = Vec::new();
+    for (index, line) in config.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or_default().trim();
+        if line.is_empty() {
+            continue;
+        }
+        match line.split_once('=').map(|(key, dir)| (key.trim(), dir.trim())) {
+            Some(("data-dir", dir)) if dir.starts_with('/') => dirs.push(PathBuf::from(dir)),
+            _ => return Err(format!("line {}: {line:?} is not data-dir=/DIR", index + 1)),
+        }
+    }
+    if dirs.is_empty() {
+        dirs.push(DEFAULT_DATA_DIR.into());
+    }
+    Ok(dirs)
+}
+
+/// Refuses a data dir (canonical; pure) that is, holds or lies in a
+/// [`SYSTEM_PATHS`] entry (`/` holds them all).
+pub fn check_data_dir(dir: &Path) -> Result<(), String> {
+    match SYSTEM_PATHS
+        .iter()
+        .find(|system| dir.starts_with(system) || Path::new(system).starts_with(dir))
+    {
+        Some(system) => Err(format!(
+            "the data dir {} is, holds or lies in {system}",
+            dir.display()
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The data dirs of the site's `config` file that exist, canonical and
+/// checked; a config that is wrong is an error naming it.
+fn site_data_dirs(config: &Path) -> Result<Vec<PathBuf>> {
+    let text = match std::fs::read_to_string(config) {
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => String::new(),
+        read => read.with_context(|| format!("reading {}", config.display()))?,
+    };
+    let in_config = |message: String| anyhow!("{}: {message}", config.display());
+    let mut dirs = Vec::new();
+    for dir in parse_config(&text).map_err(in_config)? {
+        if let Ok(dir) = dir.canonicalize() {
+            check_data_dir(&dir).map_err(in_config)?;
+            dirs.push(dir);
+        }
+    }
+    Ok(dirs)
+}
+
+/// The `--volume` values for podman, each checked by [`bind_mount`] against
+/// the data dirs of `config` (read only when there is a volume).
+fn volume_args(volumes: &[String], config: &Path) -> Result<Vec<String>> {
+    if volumes.is_empty() {
+        return Ok(Vec::new());
+    }
+    let data_dirs = site_data_dirs(config)?;
+    volumes
+        .iter()
+        .map(|volume| {
+            bind_mount(volume, &data_dirs).map_err(|why| {
+                emberrtos_contract::error::BadInput::new("--volume", format!("{volume:?}: {why}")).into()
+            })
+        })
+        .collect()
+}
+
+/// The podman `--volume` value for `volume` (`SRC:DEST[:ro|rw]`), or why it
+/// is refused: SRC resolves (links followed) to a file or dir inside one of
+/// `data_dirs` (canonical), DEST is a container path off `/` and the kernel
+/// trees, and the mount is read-only unless `rw` is asked for.
+pub fn bind_mount(volume: &str, data_dirs: &[PathBuf]) -> Result<String, String> {
+    let parts: Vec<&str> = volume.split(':').collect();
+    let (source, dest, access) = match parts[..] {
+        [source, dest] => (source, dest, "ro"),
+        [source, dest, access @ ("ro" | "rw")] => (source, dest, access),
+        [_, _, other] => return Err(format!("OPTIONS {other:?}: only `ro` (the default) or `rw`")),
+        _ => return Err("not SRC:DEST[:ro|rw]".into()),
+    };
+    let source = data_source(source, data_dirs)?;
+    let dest = container_dest(dest)?;
+    Ok(format!(
+        "{}:{}:{access},nosuid,nodev",
+        source.display(),
+        dest.display()
+    ))
+}
+
+/// SRC, canonical: an existing file or dir inside a data dir.
+fn data_source(source: &str, data_dirs: &[PathBuf]) -> Result<PathBuf, String> {
+    if !source.starts_with('/') {
+        return Err(format!(
+            "SRC {source:?} is not an absolute path (named volumes are not mounted)"
+        ));
+    }
+    let resolved = Path::new(source)
+        .canonicalize()
+        .map_err(|e| format!("SRC {source}: {e}"))?;
+    if !data_dirs.iter().any(|dir| resolved.starts_with(dir)) {
+        return Err(format!(
+            "SRC {source} resolves to {}, which is in no data dir ({}; data-dir= in {CONFIG_FILE})",
+            resolved.display(),
+            list_dirs(data_dirs)
+        ));
+    }
+    let kind = std::fs::symlink_metadata(&resolved)
+        .map_err(|e| format!("SRC {source}: {e}"))?
+        .file_type();
+    if !(kind.is_dir() || kind.is_file()) {
+        return Err(format!(
+            "SRC {source} is a socket, device or FIFO: only files and dirs are mounted"
+        ));
+    }
+    if resolved.to_str().is_none_or(|path| path.contains(':')) {
+        return Err(format!("SRC {source} resolves to a path podman cannot take"));
+    }
+    Ok(resolved)
+}
+
+fn list_dirs(dirs: &[PathBuf]) -> String {
+    if dirs.is_empty() {
+        return format!("none exists; the default is {DEFAULT_DATA_DIR}");
+    }
+    let dirs: Vec<String> = dirs.iter().map(|dir| dir.display().to_string()).collect();
+    dirs.join(", ")
+}
+
+/// DEST, normalised: absolute, no `..`, not `/`, nothing under
+/// [`KERNEL_TREES`].
+fn container_dest(dest: &str) -> Result<PathBuf, String> {
+    let path = Path::new(dest);
+    if !path.is_absolute() || path.components().any(|c| c == Component::ParentDir) {
+        return Err(format!("DEST {dest:?} is not an absolute path without `..`"));
+    }
+    let path: PathBuf = path.components().collect();
+    if path == Path::new("/") || KERNEL_TREES.iter().any(|tree| path.starts_with(tree)) {
+        return Err(format!("DEST {dest} is `/` or in /proc, /sys or /dev"));
+    }
+    Ok(path)
+}
+
+/// `podman create` with the RT profile for `cpu`, the caller's options and
+/// the checked `volumes`.
+fn create_args(cpu: u32, options: &RtRunOptions, volumes: &[String]) -> Vec<OsString> {
     let mut args: Vec<OsString> = vec!["create".into(), "--pull".into(), "never".into()];
     args.extend(container::profile_args(cpu).into_iter().map(OsString::from));
     if let Some(name) = &options.name {
@@ -128,7 +302,7 @@ fn create_args(cpu: u32, options: &RtRunOptions) -> Vec<OsString> {
     for env in &options.env {
         args.extend(["--env".into(), env.into()]);
     }
-    for volume in &options.volumes {
+    for volume in volumes {
         args.extend(["--volume".into(), volume.into()]);
     }
     args.push(options.image.clone().into());
@@ -209,7 +383,8 @@ mod tests {
         with_name.name = Some("loop-1".into());
         with_name.remove = true;
         with_name.env = vec!["PERIOD=1ms".into()];
-        let args: Vec<String> = create_args(1, &with_name)
+        let volumes = ["/var/lib/emberrtos/rt-data/in:/in:ro,nosuid,nodev".to_string()];
+        let args: Vec<String> = create_args(1, &with_name, &volumes)
             .into_iter()
             .map(|a| a.into_string().unwrap())
             .collect();
@@ -221,7 +396,9 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.ends_with("--name loop-1 --rm --env PERIOD=1ms localhost/loop loop --period 1ms"),
+            text.ends_with(
+                "--name loop-1 --rm --env PERIOD=1ms --volume /var/lib/emberrtos/rt-data/in:/in:ro,nosuid,nodev localhost/loop loop --period 1ms"
+            ),
             "{text}"
         );
     }
@@ -229,11 +406,10 @@ mod tests {
     #[test]
     fn bad_options_are_named() {
         type Change = fn(&mut RtRunOptions);
-        let cases: [(Change, &str); 5] = [
+        let cases: [(Change, &str); 4] = [
             (|o| o.name = Some("-x".into()), "--name"),
             (|o| o.name = Some("a b".into()), "--name"),
             (|o| o.env = vec!["=v".into()], "--env"),
-            (|o| o.volumes = vec!["/data".into()], "--volume"),
             (|o| o.image = "--privileged".into(), "IMAGE"),
         ];
         for (change, option) in cases {
@@ -269,5 +445,182 @@ mod tests {
         let refusal = container::rt_cpus(&read_running(root.path()).unwrap().as_running()).unwrap_err();
         let err = anyhow::Error::new(refusal);
         assert_eq!(emberrtos_contract::error::exit_code(&err), exit::REFUSED);
+    }
+
+    /// A data dir (a temp dir, canonical) and `bind_mount` of `volume` in it,
+    /// where `@` stands for the data dir.
+    fn mount_in(data: &Path, volume: &str) -> Result<String, String> {
+        bind_mount(
+            &volume.replace('@', data.to_str().unwrap()),
+            &[data.to_path_buf()],
+        )
+    }
+
+    fn data_dir() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().canonicalize().unwrap();
+        std::fs::create_dir(data.join("logs")).unwrap();
+        (dir, data)
+    }
+
+    #[test]
+    fn a_data_dir_entry_is_mounted_read_only_unless_rw_is_asked_for() {
+        let (_dir, data) = data_dir();
+        let logs = data.join("logs").display().to_string();
+        let nodev = "nosuid,nodev";
+        assert_eq!(
+            mount_in(&data, "@/logs:/logs"),
+            Ok(format!("{logs}:/logs:ro,{nodev}"))
+        );
+        assert_eq!(
+            mount_in(&data, "@/logs:/logs:ro"),
+            Ok(format!("{logs}:/logs:ro,{nodev}"))
+        );
+        assert_eq!(
+            mount_in(&data, "@/logs:/var/./log/:rw"),
+            Ok(format!("{logs}:/var/log:rw,{nodev}"))
+        );
+        std::fs::write(data.join("logs/x.conf"), "x").unwrap();
+        assert!(mount_in(&data, "@/logs/x.conf:/x.conf").is_ok());
+        for options in ["z", "Z", "ro,rw", "rw,exec", "suid", "ro:x"] {
+            let refused = mount_in(&data, &format!("@/logs:/logs:{options}")).unwrap_err();
+            assert!(
+                refused.contains("only `ro` (the default) or `rw`") || refused.contains("not SRC:DEST"),
+                "{refused}"
+            );
+        }
+        assert!(
+            mount_in(&data, "@/logs")
+                .unwrap_err()
+                .contains("not SRC:DEST[:ro|rw]")
+        );
+    }
+
+    #[test]
+    fn sources_outside_the_data_dirs_are_refused_however_they_get_there() {
+        let (_dir, data) = data_dir();
+        std::os::unix::fs::symlink("/etc", data.join("etc-link")).unwrap();
+        for source in [
+            "/",
+            "/etc",
+            "/run/podman/podman.sock",
+            "/run/emberrtos",
+            "/sys/fs/cgroup",
+            "/dev",
+            "@/etc-link",
+            "@/logs/../../../../etc",
+            "@/..",
+        ] {
+            let refused = mount_in(&data, &format!("{source}:/x")).unwrap_err();
+            assert!(
+                refused.contains("no data dir") || refused.contains("No such file"),
+                "{source}: {refused}"
+            );
+        }
+        let named = mount_in(&data, "logs:/x").unwrap_err();
+        assert!(named.contains("not an absolute path (named volumes"), "{named}");
+        assert!(
+            mount_in(&data, "@/missing:/x")
+                .unwrap_err()
+                .contains("No such file")
+        );
+        assert!(
+            bind_mount("/etc:/x", &[])
+                .unwrap_err()
+                .contains("none exists; the default is /var/lib/emberrtos/rt-data")
+        );
+    }
+
+    #[test]
+    fn sockets_and_fifos_are_never_mounted_even_in_a_data_dir() {
+        let (_dir, data) = data_dir();
+        let _listener = std::os::unix::net::UnixListener::bind(data.join("api.sock")).unwrap();
+        let fifo = std::ffi::CString::new(data.join("pipe").to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path this test owns.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        std::os::unix::fs::symlink(data.join("api.sock"), data.join("logs/sock-link")).unwrap();
+        for source in ["@/api.sock", "@/pipe", "@/logs/sock-link"] {
+            let refused = mount_in(&data, &format!("{source}:/x")).unwrap_err();
+            assert!(
+                refused.contains("is a socket, device or FIFO"),
+                "{source}: {refused}"
+            );
+        }
+    }
+
+    #[test]
+    fn destinations_are_absolute_and_off_root_and_the_kernel_trees() {
+        let (_dir, data) = data_dir();
+        for dest in [
+            "/proc/x",
+            "/proc",
+            "/sys/fs/cgroup",
+            "/dev/shm",
+            "/",
+            "//",
+            "/./",
+            "relative",
+            "/x/../proc",
+            "",
+        ] {
+            let refused = mount_in(&data, &format!("@/logs:{dest}")).unwrap_err();
+            assert!(refused.starts_with("DEST "), "{dest}: {refused}");
+        }
+        assert!(mount_in(&data, "@/logs:/procs").is_ok(), "only /proc and below");
+    }
+
+    #[test]
+    fn the_site_config_names_the_data_dirs_and_never_a_system_path() {
+        assert_eq!(parse_config(""), Ok(vec![PathBuf::from(DEFAULT_DATA_DIR)]));
+        assert_eq!(
+            parse_config("# data\ndata-dir=/srv/rt\n data-dir = /data/rt # logs\n\n"),
+            Ok(vec![PathBuf::from("/srv/rt"), PathBuf::from("/data/rt")])
+        );
+        for bad in ["data-dir=relative", "datadir=/x", "/x", "data-dir="] {
+            assert!(parse_config(bad).unwrap_err().starts_with("line 1: "), "{bad}");
+        }
+        for system in [
+            "/",
+            "/etc",
+            "/etc/emberrtos",
+            "/var",
+            "/var/lib",
+            "/var/lib/emberrtos",
+            "/run/emberrtos",
+            "/sys/fs/cgroup",
+            "/dev",
+            "/usr/share",
+        ] {
+            assert!(check_data_dir(Path::new(system)).is_err(), "{system}");
+        }
+        for data in [DEFAULT_DATA_DIR, "/srv/rt", "/var/lib/rt-data", "/home/loop"] {
+            assert_eq!(check_data_dir(Path::new(data)), Ok(()), "{data}");
+        }
+    }
+
+    #[test]
+    fn a_volume_is_checked_against_the_sites_config_and_refused_as_bad_input() {
+        let (_dir, data) = data_dir();
+        let config = data.join("rt-run.conf");
+        std::fs::write(&config, format!("data-dir={}\n", data.display())).unwrap();
+        let logs = format!("{}/logs:/logs", data.display());
+        assert_eq!(
+            volume_args(std::slice::from_ref(&logs), &config).unwrap().len(),
+            1
+        );
+        let err = volume_args(&[logs, "/etc:/x".into()], &config).unwrap_err();
+        assert!(
+            err.to_string().starts_with("--volume: \"/etc:/x\": SRC /etc"),
+            "{err}"
+        );
+        assert_eq!(emberrtos_contract::error::exit_code(&err), exit::USAGE);
+        std::fs::write(&config, "data-dir=/\n").unwrap();
+        let err = volume_args(&["/etc:/x".into()], &config).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("rt-run.conf: the data dir / is, holds or lies in"),
+            "{err}"
+        );
+        assert!(volume_args(&[], Path::new("/nonexistent")).unwrap().is_empty());
     }
 }

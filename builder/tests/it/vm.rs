@@ -477,6 +477,91 @@ fn an_image_naming_host_files_is_refused() {
 }
 
 #[test]
+fn a_kept_overlay_over_the_disk_is_made_once_and_booted_again() {
+    let Some((dir, disk)) = guest(
+        "a_kept_overlay_over_the_disk_is_made_once_and_booted_again",
+        "writer.img",
+        WRITER,
+    ) else {
+        return;
+    };
+    let before = sha256(&disk);
+    let overlay = dir.path().join("kept.qcow2");
+    let console = dir.path().join("console.log");
+    let kept = ["--overlay", overlay.to_str().unwrap()];
+    let (_, first) = boot_to_power_off(&disk, &console, &kept);
+    let (_, second) = boot_to_power_off(&disk, &console, &kept);
+    for stderr in [first, second] {
+        let started = parse_started(&stderr).unwrap_or_else(|| panic!("{stderr}"));
+        assert_eq!(Path::new(&started.overlay), overlay.canonicalize().unwrap());
+    }
+    assert_eq!(sha256(&disk), before);
+    // The guest's copy of its boot sector to sector 1 is in the overlay.
+    let flat = tempfile::tempdir().unwrap();
+    let status = Command::new("qemu-img")
+        .args(["convert", "-O", "raw"])
+        .arg(&overlay)
+        .arg(flat.path().join("flat.raw"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let (disk_bytes, flat_bytes) = (
+        std::fs::read(&disk).unwrap(),
+        std::fs::read(flat.path().join("flat.raw")).unwrap(),
+    );
+    assert_eq!(flat_bytes[512..1024], disk_bytes[..512]);
+    assert_ne!(disk_bytes[512..1024], disk_bytes[..512]);
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left.len(), 3, "disk, overlay and console only: {left:?}");
+}
+
+#[test]
+fn an_overlay_with_a_data_file_is_refused_before_qemu_starts_and_the_host_file_is_untouched() {
+    let Some((dir, disk)) = guest(
+        "an_overlay_with_a_data_file_is_refused_before_qemu_starts_and_the_host_file_is_untouched",
+        "disk.img",
+        WRITER,
+    ) else {
+        return;
+    };
+    // Over exactly this DISK, as vm makes them, but its clusters live in a
+    // host file the guest would write as root.
+    let host_file = dir.path().join("host-file.conf");
+    let overlay = dir.path().join("kept.qcow2");
+    let status = Command::new("qemu-img")
+        .args(["create", "-q", "-f", "qcow2", "-F", "raw", "-b"])
+        .arg(disk.canonicalize().unwrap())
+        .arg("-o")
+        .arg(format!("data_file={}", host_file.display()))
+        .arg(&overlay)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    std::fs::write(&host_file, "root:x:0:0:root:/root:/bin/sh\n").unwrap();
+    let (host_before, overlay_before) = (sha256(&host_file), sha256(&overlay));
+    assert_fails_before_qemu(
+        &[
+            "vm",
+            disk.to_str().unwrap(),
+            "--overlay",
+            overlay.to_str().unwrap(),
+            "--timeout",
+            "30",
+        ],
+        &[
+            &format!("--overlay {}", overlay.display()),
+            "it keeps its data in another file",
+            "host-file.conf",
+        ],
+    );
+    assert_eq!(sha256(&host_file), host_before, "the host file was written");
+    assert_eq!(sha256(&overlay), overlay_before);
+}
+
+#[test]
 fn the_overlay_takes_every_write() {
     let Some(dir) = qemu_dir("the_overlay_takes_every_write") else {
         return;

@@ -89,3 +89,24 @@ fn rt_run_refuses_off_an_rt_deployment_and_names_bad_options() {
         "{stderr}"
     );
 }
+
+/// `-v /etc:/x` would hand a rootful container the host's `/etc`: refused
+/// as a usage error naming `--volume` and the data dir, before the RT
+/// checks (this host is no RT deployment, which would be exit 3) and
+/// before podman is run (none on its PATH).
+#[test]
+fn rt_run_refuses_a_volume_outside_the_data_dirs_before_anything_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let link = linked_as(dir.path(), "emberrtos-rt-run");
+    let out = Command::new(&link)
+        .args(["--cpu", "1", "-v", "/etc:/x", "localhost/loop", "true"])
+        .env("PATH", dir.path())
+        .output()
+        .unwrap();
+    let stderr = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--volume: \"/etc:/x\": SRC /etc"), "{stderr}");
+    assert!(stderr.contains("in no data dir"), "{stderr}");
+    assert!(!stderr.contains("RT deployment"), "{stderr}");
+    assert!(!stderr.contains("podman is not installed"), "{stderr}");
+}

@@ -181,6 +181,8 @@ struct ImageInfo {
     #[serde(default)]
     backing_filename: Option<String>,
     #[serde(default)]
+    backing_filename_format: Option<String>,
+    #[serde(default)]
     encrypted: bool,
     #[serde(default)]
     format_specific: Option<FormatSpecific>,
@@ -192,11 +194,55 @@ struct FormatSpecific {
     data: serde_json::Value,
 }
 
+impl ImageInfo {
+    /// The external data file a qcow2 keeps its clusters in.
+    fn data_file(&self) -> Option<&str> {
+        self.format_specific.as_ref()?.data.get("data-file")?.as_str()
+    }
+}
+
+/// What an image is to `vm`, which decides the other files it may name.
+/// Every image whose header QEMU reads is checked against one of these; the
+/// configuration medium and the OVMF files are opened `format=raw`, so QEMU
+/// reads no header in them and they can name no file.
+#[derive(Clone, Copy, Debug)]
+pub enum Role<'a> {
+    /// DISK: raw or qcow2, naming no other file.
+    Disk,
+    /// A kept `--overlay`: a qcow2 whose backing file is exactly this DISK
+    /// (absolute, of this format), naming no other file.
+    OverlayOf(&'a Path, DiskFormat),
+}
+
+impl Role<'_> {
+    /// The error naming `path` in this role.
+    fn refuse(self, path: &Path, reason: impl Into<String>) -> anyhow::Error {
+        let reason = reason.into();
+        match self {
+            Role::Disk => NotADisk {
+                path: path.to_path_buf(),
+                reason,
+            }
+            .into(),
+            Role::OverlayOf(..) => anyhow::anyhow!("--overlay {}: {reason}", path.display()),
+        }
+    }
+
+    /// What to do about an image that names files it may not.
+    fn remedy(self) -> &'static str {
+        match self {
+            Role::Disk => "flatten it first with `qemu-img convert -O qcow2`",
+            Role::OverlayOf(..) => "remove it and vm makes a new one",
+        }
+    }
+}
+
 /// Reads `qemu-img info --output=json` (pure): the format, or why the image
-/// cannot be booted. An image that pulls in other files (a backing file, an
-/// external data file) is refused: booting it would hand the guest files of
-/// the host that DISK merely names.
-pub fn parse_image_info(json: &str) -> Result<DiskFormat, String> {
+/// cannot be opened as `role`. An image that pulls in other files (a backing
+/// file other than DISK for an overlay, an external data file) is refused:
+/// booting it would hand the guest files of the host that the image merely
+/// names, to read and, for a data file, to write as root.
+pub fn parse_image_info(json: &str, role: Role) -> Result<DiskFormat, String> {
     let info: ImageInfo =
         serde_json::from_str(json).map_err(|e| format!("unreadable `qemu-img info` output: {e}"))?;
     let format = match info.format.as_str() {
@@ -208,21 +254,47 @@ pub fn parse_image_info(json: &str) -> Result<DiskFormat, String> {
             ));
         }
     };
-    if let Some(backing) = info.backing_filename {
+    check_backing(&info, format, role)?;
+    if let Some(file) = info.data_file() {
         return Err(format!(
-            "it has a backing file ({backing}); flatten it first with `qemu-img convert -O qcow2`"
-        ));
-    }
-    let data = info.format_specific.map(|f| f.data).unwrap_or_default();
-    if let Some(file) = data.get("data-file").and_then(|v| v.as_str()) {
-        return Err(format!(
-            "it keeps its data in another file ({file}); flatten it first with `qemu-img convert -O qcow2`"
+            "it keeps its data in another file ({file}), which the guest would write; {}",
+            role.remedy()
         ));
     }
     if info.encrypted {
         return Err("it is encrypted".into());
     }
     Ok(format)
+}
+
+/// The backing file `role` allows: none for DISK, exactly DISK for an overlay.
+fn check_backing(info: &ImageInfo, format: DiskFormat, role: Role) -> Result<(), String> {
+    let backing = info.backing_filename.as_deref();
+    match role {
+        Role::Disk => match backing {
+            None => Ok(()),
+            Some(backing) => Err(format!("it has a backing file ({backing}); {}", role.remedy())),
+        },
+        Role::OverlayOf(..) if format != DiskFormat::Qcow2 => {
+            Err(format!("a {} image, not a qcow2 overlay", format.as_str()))
+        }
+        Role::OverlayOf(disk, disk_format) => match backing {
+            None => Err("it has no backing file".into()),
+            Some(backing) if Path::new(backing) != disk => Err(format!(
+                "it is an overlay of {backing}, not of {}",
+                disk.display()
+            )),
+            Some(_) if info.backing_filename_format.as_deref() != Some(disk_format.as_str()) => Err(format!(
+                "it reads {} as {}, not as {}",
+                disk.display(),
+                info.backing_filename_format
+                    .as_deref()
+                    .unwrap_or("whatever QEMU probes"),
+                disk_format.as_str()
+            )),
+            Some(_) => Ok(()),
+        },
+    }
 }
 
 const ISO9660_MAGIC_OFFSET: usize = 0x8001;
@@ -234,14 +306,6 @@ pub fn looks_like_disk(head: &[u8]) -> bool {
     let boot_signature = head.get(510..512) == Some(&[0x55, 0xAA][..]);
     let iso9660 = head.get(ISO9660_MAGIC_OFFSET..ISO9660_MAGIC_OFFSET + 5) == Some(&b"CD001"[..]);
     boot_signature || iso9660
-}
-
-fn not_a_disk(path: &Path, reason: impl Into<String>) -> anyhow::Error {
-    NotADisk {
-        path: path.to_path_buf(),
-        reason: reason.into(),
-    }
-    .into()
 }
 
 /// `qemu-img`, or the package that provides it.
@@ -258,11 +322,18 @@ fn qemu_img() -> Result<std::process::Command> {
 /// Checks DISK before anything starts: a regular file holding a raw or
 /// qcow2 disk. Returns its absolute path and format.
 pub fn inspect_disk(disk: &Path) -> Result<(PathBuf, DiskFormat)> {
-    let path = disk
+    inspect_image(disk, Role::Disk)
+}
+
+/// Checks an image `vm` hands to QEMU, before anything starts: a regular
+/// file that `qemu-img info` shows to be what `role` allows (the one set
+/// of rules for DISK and every overlay). Returns its absolute path and format.
+pub fn inspect_image(image: &Path, role: Role) -> Result<(PathBuf, DiskFormat)> {
+    let path = image
         .canonicalize()
-        .map_err(|e| not_a_disk(disk, format!("cannot open it: {e}")))?;
+        .map_err(|e| role.refuse(image, format!("cannot open it: {e}")))?;
     if !path.is_file() {
-        return Err(not_a_disk(disk, "it is not a regular file"));
+        return Err(role.refuse(image, "it is not a regular file"));
     }
     let output = qemu_img()?
         .args(["info", "--output=json"])
@@ -272,16 +343,13 @@ pub fn inspect_disk(disk: &Path) -> Result<(PathBuf, DiskFormat)> {
         .context("running `qemu-img info`")?;
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
-        return Err(not_a_disk(
-            disk,
-            format!("qemu-img cannot read it: {}", stderr.trim()),
-        ));
+        return Err(role.refuse(image, format!("qemu-img cannot read it: {}", stderr.trim())));
     }
-    let format = parse_image_info(&String::from_utf8_lossy(&output.stdout))
-        .map_err(|reason| not_a_disk(disk, reason))?;
+    let format = parse_image_info(&String::from_utf8_lossy(&output.stdout), role)
+        .map_err(|reason| role.refuse(image, reason))?;
     if format == DiskFormat::Raw && !looks_like_disk(&read_head(&path)?) {
-        return Err(not_a_disk(
-            disk,
+        return Err(role.refuse(
+            image,
             "it is not a disk image (no partition table, boot sector or ISO 9660 volume)",
         ));
     }
@@ -307,42 +375,23 @@ pub fn create_overlay(disk: &Path, format: DiskFormat, overlay: &Path) -> Result
     Ok(())
 }
 
-/// The kept overlay `kept` over `disk`: an existing one must be a qcow2
-/// backed by exactly `disk`; a new one appears only once complete.
+/// The kept overlay `kept` over `disk`: an existing one must pass
+/// [`inspect_image`] as an overlay of exactly `disk`; a new one is made in
+/// a private dir beside it (never through a planted link) and appears under
+/// its name only once complete.
 fn kept_overlay(disk: &Path, format: DiskFormat, kept: &Path) -> Result<PathBuf> {
     if kept.exists() {
-        let output = qemu_img()?
-            .args(["info", "--output=json"])
-            .arg(kept)
-            .stdin(std::process::Stdio::null())
-            .output()
-            .context("running `qemu-img info`")?;
-        overlay_of(&String::from_utf8_lossy(&output.stdout), disk)
-            .map_err(|reason| anyhow::anyhow!("--overlay {}: {reason}", kept.display()))?;
-        return Ok(kept.canonicalize()?);
+        return Ok(inspect_image(kept, Role::OverlayOf(disk, format))?.0);
     }
-    let partial = kept.with_extension("partial");
+    let kept = std::path::absolute(kept)?;
+    let staging = tempfile::Builder::new()
+        .prefix(".imgbuild-overlay-")
+        .tempdir_in(kept.parent().unwrap_or(Path::new("/")))
+        .with_context(|| format!("creating {}", kept.display()))?;
+    let partial = staging.path().join("overlay.qcow2");
     create_overlay(disk, format, &partial)?;
-    std::fs::rename(&partial, kept).with_context(|| format!("creating {}", kept.display()))?;
+    std::fs::rename(&partial, &kept).with_context(|| format!("creating {}", kept.display()))?;
     Ok(kept.canonicalize()?)
-}
-
-/// Pure: whether `qemu-img info --output=json` describes a qcow2 overlay
-/// whose backing file is `disk`.
-pub fn overlay_of(json: &str, disk: &Path) -> Result<(), String> {
-    let info: ImageInfo =
-        serde_json::from_str(json).map_err(|e| format!("unreadable `qemu-img info` output: {e}"))?;
-    if info.format != "qcow2" {
-        return Err(format!("a {} image, not a qcow2 overlay", info.format));
-    }
-    match info.backing_filename {
-        Some(backing) if Path::new(&backing) == disk => Ok(()),
-        Some(backing) => Err(format!(
-            "it is an overlay of {backing}, not of {}",
-            disk.display()
-        )),
-        None => Err("it has no backing file".into()),
-    }
 }
 
 /// A loopback port that was free a moment ago.
@@ -537,29 +586,176 @@ mod tests {
     #[test]
     fn formats_and_refusals_from_qemu_img_info() {
         assert_eq!(
-            parse_image_info(r#"{"format": "raw", "virtual-size": 512}"#),
+            parse_image_info(r#"{"format": "raw", "virtual-size": 512}"#, Role::Disk),
             Ok(DiskFormat::Raw)
         );
         assert_eq!(
             parse_image_info(
-                r#"{"format": "qcow2", "format-specific": {"type": "qcow2", "data": {"compat": "1.1"}}}"#
+                r#"{"format": "qcow2", "format-specific": {"type": "qcow2", "data": {"compat": "1.1"}}}"#,
+                Role::Disk
             ),
             Ok(DiskFormat::Qcow2)
         );
-        let vmdk = parse_image_info(r#"{"format": "vmdk"}"#).unwrap_err();
+        let vmdk = parse_image_info(r#"{"format": "vmdk"}"#, Role::Disk).unwrap_err();
         assert!(vmdk.contains("vmdk images are not supported"), "{vmdk}");
         let backed = parse_image_info(
             r#"{"format": "qcow2", "backing-filename": "/dev/sda", "full-backing-filename": "/dev/sda"}"#,
+            Role::Disk,
         )
         .unwrap_err();
         assert!(backed.contains("backing file (/dev/sda)"), "{backed}");
         let external = parse_image_info(
             r#"{"format": "qcow2", "format-specific": {"type": "qcow2", "data": {"data-file": "/etc/shadow"}}}"#,
+            Role::Disk,
         )
         .unwrap_err();
         assert!(external.contains("/etc/shadow"), "{external}");
-        assert!(parse_image_info(r#"{"format": "qcow2", "encrypted": true}"#).is_err());
-        assert!(parse_image_info("qemu-img: oops").is_err());
+        assert!(parse_image_info(r#"{"format": "qcow2", "encrypted": true}"#, Role::Disk).is_err());
+        assert!(parse_image_info("qemu-img: oops", Role::Disk).is_err());
+    }
+
+    const DISK: &str = "/images/disk.raw";
+
+    fn as_overlay(json: &str) -> Result<DiskFormat, String> {
+        parse_image_info(json, Role::OverlayOf(Path::new(DISK), DiskFormat::Raw))
+    }
+
+    #[test]
+    fn an_overlay_may_name_its_disk_and_nothing_else() {
+        let overlay = r#"{"format": "qcow2", "backing-filename": "/images/disk.raw", "backing-filename-format": "raw"}"#;
+        assert_eq!(as_overlay(overlay), Ok(DiskFormat::Qcow2));
+        let with_data_file = r#"{"format": "qcow2", "backing-filename": "/images/disk.raw", "backing-filename-format": "raw",
+            "format-specific": {"type": "qcow2", "data": {"data-file": "/etc/shadow"}}}"#;
+        let refused = as_overlay(with_data_file).unwrap_err();
+        assert!(
+            refused.contains("another file (/etc/shadow), which the guest would write"),
+            "{refused}"
+        );
+        let elsewhere = as_overlay(
+            r#"{"format": "qcow2", "backing-filename": "/dev/sda", "backing-filename-format": "raw"}"#,
+        );
+        assert!(
+            elsewhere
+                .unwrap_err()
+                .contains("an overlay of /dev/sda, not of /images/disk.raw")
+        );
+        let relative = as_overlay(
+            r#"{"format": "qcow2", "backing-filename": "disk.raw", "backing-filename-format": "raw"}"#,
+        );
+        assert!(relative.is_err(), "only the absolute DISK");
+        let probed = as_overlay(r#"{"format": "qcow2", "backing-filename": "/images/disk.raw"}"#);
+        assert!(probed.unwrap_err().contains("whatever QEMU probes"));
+        let as_qcow2 = as_overlay(
+            r#"{"format": "qcow2", "backing-filename": "/images/disk.raw", "backing-filename-format": "qcow2"}"#,
+        );
+        assert!(as_qcow2.unwrap_err().contains("as qcow2, not as raw"));
+        assert!(
+            as_overlay(r#"{"format": "qcow2"}"#)
+                .unwrap_err()
+                .contains("no backing file")
+        );
+        assert!(
+            as_overlay(r#"{"format": "raw"}"#)
+                .unwrap_err()
+                .contains("not a qcow2 overlay")
+        );
+        let encrypted = r#"{"format": "qcow2", "backing-filename": "/images/disk.raw", "backing-filename-format": "raw", "encrypted": true}"#;
+        assert!(as_overlay(encrypted).is_err());
+    }
+
+    /// `qemu-img ARGS` in `dir`; false (the test is skipped) without it.
+    fn qemu_img_in(dir: &Path, args: &[&str]) -> bool {
+        if tool::require(QEMU_IMG).is_err() {
+            eprintln!("SKIP: {QEMU_IMG} is not installed");
+            return false;
+        }
+        let status = std::process::Command::new(QEMU_IMG)
+            .current_dir(dir)
+            .args(args)
+            .status()
+            .unwrap();
+        assert!(status.success(), "qemu-img {args:?}");
+        true
+    }
+
+    #[test]
+    fn real_qcow2_headers_naming_host_files_are_refused_as_disk_and_as_overlay() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut boot_sector = vec![0u8; 1 << 20];
+        boot_sector[510..512].copy_from_slice(&[0x55, 0xAA]);
+        std::fs::write(dir.path().join("disk.raw"), boot_sector).unwrap();
+        let disk = dir.path().join("disk.raw").canonicalize().unwrap();
+        let backing = disk.to_str().unwrap();
+        if !qemu_img_in(
+            dir.path(),
+            &[
+                "create", "-q", "-f", "qcow2", "-F", "raw", "-b", backing, "ov.qcow2",
+            ],
+        ) {
+            return;
+        }
+        qemu_img_in(
+            dir.path(),
+            &[
+                "create",
+                "-q",
+                "-f",
+                "qcow2",
+                "-o",
+                "data_file=host.bin",
+                "ext.qcow2",
+                "1M",
+            ],
+        );
+        qemu_img_in(
+            dir.path(),
+            &[
+                "create",
+                "-q",
+                "-f",
+                "qcow2",
+                "-F",
+                "raw",
+                "-b",
+                backing,
+                "-o",
+                "data_file=host2.bin",
+                "ov-ext.qcow2",
+            ],
+        );
+        let overlay = Role::OverlayOf(&disk, DiskFormat::Raw);
+        let image = |name: &str| dir.path().join(name);
+        assert_eq!(
+            inspect_image(&image("ov.qcow2"), overlay).unwrap().1,
+            DiskFormat::Qcow2
+        );
+        let refused = inspect_image(&image("ov-ext.qcow2"), overlay)
+            .unwrap_err()
+            .to_string();
+        assert!(refused.starts_with("--overlay "), "{refused}");
+        assert!(
+            refused.contains("ov-ext.qcow2: it keeps its data in another file"),
+            "{refused}"
+        );
+        assert!(refused.contains("host2.bin"), "{refused}");
+        let refused = inspect_image(&image("ext.qcow2"), overlay)
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("ext.qcow2: it has no backing file"), "{refused}");
+        let refused = inspect_image(&image("ext.qcow2"), Role::Disk)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.contains("cannot be booted: it keeps its data in another file"),
+            "{refused}"
+        );
+        let refused = inspect_image(&image("ov.qcow2"), Role::Disk)
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("it has a backing file"), "{refused}");
+        let other = Role::OverlayOf(Path::new("/images/other.raw"), DiskFormat::Raw);
+        let refused = inspect_image(&image("ov.qcow2"), other).unwrap_err().to_string();
+        assert!(refused.contains("not of /images/other.raw"), "{refused}");
     }
 
     #[test]
