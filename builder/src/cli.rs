@@ -54,7 +54,7 @@ pub enum Command {
     /// Show a commit's metadata, including the RT evidence.
     Inspect(InspectArgs),
     /// What changed between two commits: packages, kernel config, kargs,
-    /// files under /usr and /etc, RT evidence, and the bytes devices download.
+    /// files in the whole tree, RT evidence, and the bytes devices download.
     Diff(DiffArgs),
     /// Write a configuration medium (FAT image labelled EMBERCFG) from a provision.yaml.
     ConfigMedium(ConfigMediumArgs),

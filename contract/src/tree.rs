@@ -1,8 +1,6 @@
 //! Reading a commit's tree out of an ostree repo: entries, listings and
 //! file contents, never following a symlink.
 
-use std::collections::BTreeMap;
-
 use anyhow::{Context, Result, bail};
 use ostree::gio;
 use ostree::gio::prelude::*;
@@ -101,35 +99,4 @@ pub enum TreeEntry {
     /// A regular file or symlink, by its ostree file object checksum (which
     /// covers content, link target, mode, owner and xattrs).
     Object(String),
-}
-
-/// Every entry under `dir` (relative, e.g. `usr`), by path relative to the
-/// root, recursing into directories (not symlinks). Absent: empty.
-pub fn walk(root: &gio::File, dir: &str) -> Result<BTreeMap<String, TreeEntry>> {
-    let mut out = BTreeMap::new();
-    let start = root.resolve_relative_path(dir);
-    if entry_type(&start)? == Some(gio::FileType::Directory) {
-        walk_into(&start, dir, &mut out)?;
-    }
-    Ok(out)
-}
-
-fn walk_into(dir: &gio::File, prefix: &str, out: &mut BTreeMap<String, TreeEntry>) -> Result<()> {
-    for (name, kind) in children(dir)? {
-        let path = format!("{prefix}/{name}");
-        let child = dir.child(&name);
-        if kind == gio::FileType::Directory {
-            out.insert(path.clone(), TreeEntry::Directory);
-            walk_into(&child, &path, out)?;
-        } else {
-            let repo_file = child
-                .downcast_ref::<ostree::RepoFile>()
-                .context("not a file inside an ostree commit")?;
-            repo_file
-                .ensure_resolved()
-                .with_context(|| format!("resolving /{path} in the commit"))?;
-            out.insert(path, TreeEntry::Object(repo_file.checksum().to_string()));
-        }
-    }
-    Ok(())
 }

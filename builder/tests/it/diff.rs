@@ -118,13 +118,48 @@ fn two_commits() -> TwoCommits {
     }
 }
 
-fn diff_json(c: &TwoCommits) -> serde_json::Value {
-    let output = imgbuild()
-        .args(["--json", "diff", "--repo"])
+/// A commit of the v1 tree named `name` in `dir`, changed by `change` first.
+fn commit_changed(dir: &Path, repo: &Path, name: &str, change: impl FnOnce(&Path)) -> String {
+    let tree = tree(dir, name, STATUS_V1, "kernel.a = 1\n", "");
+    change(&tree);
+    commit_with_sbom(repo, &tree, &[])
+}
+
+/// Two commits of the v1 tree, each changed by its closure first.
+fn commits_changed_by(v1: impl FnOnce(&Path), v2: impl FnOnce(&Path)) -> TwoCommits {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    let v1 = commit_changed(dir.path(), &repo, "v1", v1);
+    let v2 = commit_changed(dir.path(), &repo, "v2", v2);
+    TwoCommits {
+        _dir: dir,
+        repo,
+        v1,
+        v2,
+    }
+}
+
+/// The deployment's top-level links, as a Debian tree in ostree layout has them.
+fn top_level_links(tree: &Path) {
+    for (link, target) in [("bin", "usr/bin"), ("lib64", "usr/lib64"), ("sbin", "usr/sbin")] {
+        std::os::unix::fs::symlink(target, tree.join(link)).unwrap();
+    }
+    std::fs::create_dir(tree.join("var")).unwrap();
+}
+
+/// `imgbuild ARGS diff` from v1 to v2.
+fn diff_output(c: &TwoCommits, args: &[&str]) -> std::process::Output {
+    imgbuild()
+        .args(args)
+        .args(["diff", "--repo"])
         .arg(&c.repo)
         .args([&c.v1, &c.v2])
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+fn diff_json(c: &TwoCommits) -> serde_json::Value {
+    let output = diff_output(c, &["--json"]);
     assert!(
         output.status.success(),
         "{}",
@@ -278,4 +313,61 @@ fn inspect_checks_the_sbom_against_the_metadata() {
         err.contains(&recorded) && err.contains("the metadata records"),
         "{err}"
     );
+}
+
+#[test]
+fn a_lib64_link_turned_directory_is_reported_changed() {
+    let c = commits_changed_by(top_level_links, |tree| {
+        top_level_links(tree);
+        std::fs::remove_file(tree.join("lib64")).unwrap();
+        write(tree, "lib64/ld-linux-x86-64.so.2", b"not the system's loader");
+        std::fs::remove_file(tree.join("sbin")).unwrap();
+        std::os::unix::fs::symlink("/tmp", tree.join("sbin")).unwrap();
+        std::fs::create_dir_all(tree.join("var/lib/skeleton")).unwrap();
+    });
+    let d = diff_json(&c);
+    let files = &d["files"];
+    assert_eq!(files["lib64"]["changed"], serde_json::json!(["lib64"]), "{files}");
+    assert_eq!(
+        files["lib64"]["added"],
+        serde_json::json!(["lib64/ld-linux-x86-64.so.2"])
+    );
+    assert_eq!(files["sbin"]["changed"], serde_json::json!(["sbin"]), "{files}");
+    assert_eq!(files["var/lib"]["added"], serde_json::json!(["var/lib/skeleton"]));
+    assert!(
+        files.get("bin").is_none(),
+        "an unchanged link is not listed: {files}"
+    );
+
+    let output = diff_output(&c, &[]);
+    let text = common::text(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(
+        text.contains("  /lib64: 1 added, 0 removed, 1 changed\n    ~ /lib64\n"),
+        "{text}"
+    );
+    assert!(text.contains("    ~ /sbin\n"), "{text}");
+}
+
+#[test]
+fn a_tree_deeper_than_the_limit_is_a_clean_error_not_a_crash() {
+    use imgbuild::commands::diff::walk::MAX_DEPTH;
+    let c = commits_changed_by(
+        |_| {},
+        |tree| write(tree, &format!("{}/f", vec!["d"; MAX_DEPTH + 10].join("/")), b"x"),
+    );
+    for args in [&[][..], &["--json"]] {
+        let output = diff_output(&c, args);
+        let text = common::text(&output);
+        assert_eq!(output.status.code(), Some(1), "{text}");
+        let first_too_deep = vec!["d"; MAX_DEPTH + 1].join("/");
+        assert!(
+            text.contains(&format!(
+                "/{first_too_deep} is {} levels deep, deeper than the {MAX_DEPTH} levels imgbuild diff reads",
+                MAX_DEPTH + 1
+            )),
+            "{text}"
+        );
+        assert!(text.contains(&c.v2), "the commit is named: {text}");
+    }
 }

@@ -4,6 +4,7 @@
 //! machine rebooted.
 
 use std::io::Write;
+use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -18,6 +19,61 @@ use crate::cyclictest::ThreadResult;
 pub const VERSION: &str = "jitter-checkpoint/1";
 /// The file's name inside the checkpoint directory.
 pub const FILE: &str = "checkpoint.json";
+
+/// The ranges of the measurement options, one definition each: the command
+/// line parses its options with them, and [`Checkpoint::read`] refuses a
+/// checkpoint whose options leave them.
+pub mod range {
+    use std::ops::RangeInclusive;
+
+    /// `DURATION` and `--checkpoint-every`, in seconds.
+    pub const DURATION_S: RangeInclusive<u64> = 1..=u64::MAX;
+    /// `--interval`, in microseconds.
+    pub const INTERVAL_US: RangeInclusive<u64> = 10..=u32::MAX as u64;
+    /// `--priority`, SCHED_FIFO.
+    pub const PRIORITY: RangeInclusive<u64> = 1..=99;
+    /// `--histogram-max`, in microseconds.
+    pub const HISTOGRAM_MAX_US: RangeInclusive<u64> = 1..=1_000_000;
+
+    /// `range` in words: `1 to 99`, or `at least 1` when it has no end.
+    pub fn describe(range: &RangeInclusive<u64>) -> String {
+        match *range.end() {
+            u64::MAX => format!("at least {}", range.start()),
+            end => format!("{} to {end}", range.start()),
+        }
+    }
+}
+
+/// The options a checkpoint must hold within the command line's ranges:
+/// field, the option that sets it, range.
+const RANGED_OPTIONS: [(&str, &str, RangeInclusive<u64>); 5] = [
+    ("duration_s", "DURATION", range::DURATION_S),
+    ("interval_us", "--interval", range::INTERVAL_US),
+    ("priority", "--priority", range::PRIORITY),
+    ("histogram_max_us", "--histogram-max", range::HISTOGRAM_MAX_US),
+    ("checkpoint_every_s", "--checkpoint-every", range::DURATION_S),
+];
+
+/// Refuses a checkpoint (the JSON `value` read from `path`) whose options
+/// leave the command line's ranges, naming the first such field.
+fn check_option_ranges(path: &Path, value: &serde_json::Value) -> Result<()> {
+    for (field, option, range) in RANGED_OPTIONS {
+        let found = value.get("options").and_then(|options| options.get(field));
+        if found
+            .and_then(serde_json::Value::as_u64)
+            .is_some_and(|n| range.contains(&n))
+        {
+            continue;
+        }
+        bail!(
+            "cannot resume: {} holds options.{field} = {}; {option} takes {}",
+            path.display(),
+            found.map_or_else(|| "nothing".to_string(), ToString::to_string),
+            range::describe(&range)
+        );
+    }
+    Ok(())
+}
 
 /// The options a soak measures with, fixed at its start.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -230,7 +286,7 @@ impl Checkpoint {
     }
 
     /// Reads `dir/checkpoint.json`, refusing a missing, corrupt or
-    /// other-version file.
+    /// other-version file, and options the command line would refuse.
     pub fn read(dir: &Path) -> Result<Checkpoint> {
         let path = path(dir);
         let text = std::fs::read_to_string(&path)
@@ -244,6 +300,7 @@ impl Checkpoint {
                 path.display()
             );
         }
+        check_option_ranges(&path, &value)?;
         let checkpoint: Checkpoint = serde_json::from_value(value)
             .with_context(|| format!("cannot resume: {} is corrupt", path.display()))?;
         if checkpoint.segments.is_empty() || checkpoint.gaps_s.len() + 1 != checkpoint.segments.len() {
@@ -405,6 +462,87 @@ pub(crate) mod tests {
         )
         .unwrap();
         assert!(error(dir.path()).contains("corrupt"), "{}", error(dir.path()));
+    }
+
+    /// Writes a checkpoint of [`options`] in `dir`, its options' `field`
+    /// set to `value` (removed for `None`).
+    fn write_with_option(dir: &Path, field: &str, value: Option<serde_json::Value>) {
+        let mut checkpoint = Checkpoint::new(options());
+        checkpoint.start_segment(5);
+        checkpoint.write(dir).unwrap();
+        let text = std::fs::read_to_string(path(dir)).unwrap();
+        let mut json: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let options = json["options"].as_object_mut().unwrap();
+        match value {
+            Some(value) => options.insert(field.to_string(), value),
+            None => options.remove(field),
+        };
+        std::fs::write(path(dir), json.to_string()).unwrap();
+    }
+
+    #[test]
+    fn options_outside_the_command_line_ranges_are_refused_naming_the_field() {
+        use serde_json::json;
+        let dir = tempfile::tempdir().unwrap();
+        for (field, value, rule) in [
+            ("priority", Some(json!(1000)), "--priority takes 1 to 99"),
+            ("priority", Some(json!(0)), "--priority takes 1 to 99"),
+            ("priority", Some(json!(-1)), "--priority takes 1 to 99"),
+            ("priority", Some(json!("99")), "--priority takes 1 to 99"),
+            ("priority", None, "--priority takes 1 to 99"),
+            ("interval_us", Some(json!(0)), "--interval takes 10 to 4294967295"),
+            ("interval_us", Some(json!(9)), "--interval takes 10 to 4294967295"),
+            (
+                "histogram_max_us",
+                Some(json!(4_000_000_000u64)),
+                "--histogram-max takes 1 to 1000000",
+            ),
+            (
+                "histogram_max_us",
+                Some(json!(u64::MAX)),
+                "--histogram-max takes 1 to 1000000",
+            ),
+            (
+                "histogram_max_us",
+                Some(json!(1e12)),
+                "--histogram-max takes 1 to 1000000",
+            ),
+            ("duration_s", Some(json!(0)), "DURATION takes at least 1"),
+            (
+                "checkpoint_every_s",
+                Some(json!(0)),
+                "--checkpoint-every takes at least 1",
+            ),
+        ] {
+            write_with_option(dir.path(), field, value.clone());
+            let error = format!("{:#}", Checkpoint::read(dir.path()).unwrap_err());
+            let shown = value.map_or_else(|| "nothing".to_string(), |v| v.to_string());
+            let expected = format!(
+                "cannot resume: {} holds options.{field} = {shown}; {rule}",
+                path(dir.path()).display()
+            );
+            assert!(error.contains(&expected), "{error}\nexpected: {expected}");
+        }
+    }
+
+    #[test]
+    fn options_at_the_ends_of_the_ranges_resume() {
+        let dir = tempfile::tempdir().unwrap();
+        for (field, value) in [
+            ("priority", 1),
+            ("priority", 99),
+            ("interval_us", 10),
+            ("interval_us", u64::from(u32::MAX)),
+            ("histogram_max_us", 1),
+            ("histogram_max_us", 1_000_000),
+            ("duration_s", 1),
+            ("checkpoint_every_s", u64::MAX),
+        ] {
+            write_with_option(dir.path(), field, Some(value.into()));
+            let read = Checkpoint::read(dir.path()).unwrap();
+            let options = serde_json::to_value(&read.options).unwrap();
+            assert_eq!(options[field], value, "{field}");
+        }
     }
 
     #[test]

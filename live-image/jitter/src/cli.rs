@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 
-use crate::checkpoint::{self, Checkpoint};
+use crate::checkpoint::{self, Checkpoint, range};
 use crate::cpus::CpuSet;
 use crate::output::OutputFile;
 use crate::report::{self, Tool};
@@ -38,10 +38,10 @@ pub struct Cli {
     #[arg(long, value_parser = parse_cpus)]
     pub housekeeping: Option<CpuSet>,
     /// cyclictest interval, in microseconds.
-    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(10..))]
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(clap_range(range::INTERVAL_US)))]
     pub interval: u32,
     /// SCHED_FIFO priority of the measuring threads.
-    #[arg(long, default_value_t = 99, value_parser = clap::value_parser!(u32).range(1..=99))]
+    #[arg(long, default_value_t = 99, value_parser = clap::value_parser!(u32).range(clap_range(range::PRIORITY)))]
     pub priority: u32,
     /// Measure without load (the verdict is then INVALID).
     #[arg(long)]
@@ -76,7 +76,7 @@ pub struct Cli {
     #[arg(long, value_name = "US", value_parser = clap::value_parser!(u32).range(1..))]
     pub trace_threshold: Option<u32>,
     /// Largest histogram bucket, in microseconds.
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(clap_range(range::HISTOGRAM_MAX_US)))]
     pub histogram_max: u32,
     /// Every 2 s while measuring, print on stderr
     /// `jitter: progress ELAPSED/TOTAL s, worst case MAX us` (without the
@@ -175,10 +175,19 @@ pub fn parse_duration(text: &str) -> Result<u64, String> {
     let seconds = value
         .checked_mul(unit)
         .ok_or_else(|| format!("{text:?}: too long a duration"))?;
-    if seconds == 0 {
-        return Err(format!("{text:?}: the duration must be at least 1 second"));
+    if !range::DURATION_S.contains(&seconds) {
+        return Err(format!(
+            "{text:?}: the duration must be at least {} second",
+            range::DURATION_S.start()
+        ));
     }
     Ok(seconds)
+}
+
+/// A range of [`checkpoint::range`] as clap's integer parsers take it.
+fn clap_range(range: std::ops::RangeInclusive<u64>) -> std::ops::RangeInclusive<i64> {
+    let signed = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    signed(*range.start())..=signed(*range.end())
 }
 
 fn parse_cpus(text: &str) -> Result<CpuSet, String> {
@@ -328,6 +337,22 @@ mod tests {
         assert!(error("99999999999999999999").contains("too large"));
         assert!(error("6000000000000000h").contains("too long"));
         assert_eq!(parse_duration("18446744073709551615s"), Ok(u64::MAX));
+    }
+
+    #[test]
+    fn the_command_line_takes_exactly_the_checkpoint_ranges() {
+        let parse =
+            |option: &str, value: u64| Cli::try_parse_from(["jitter", option, &value.to_string()]).is_ok();
+        for (option, range) in [
+            ("--interval", range::INTERVAL_US),
+            ("--priority", range::PRIORITY),
+            ("--histogram-max", range::HISTOGRAM_MAX_US),
+        ] {
+            let (low, high) = (*range.start(), *range.end());
+            assert!(parse(option, low) && parse(option, high), "{option}");
+            assert!(!parse(option, low - 1) && !parse(option, high + 1), "{option}");
+        }
+        assert!(parse_duration("0").is_err() && parse_duration("1").is_ok());
     }
 
     #[test]

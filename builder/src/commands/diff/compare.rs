@@ -141,27 +141,65 @@ pub fn group_of(path: &str) -> String {
     }
 }
 
-/// Files (and symlinks) added, removed and changed, by group; directories
-/// are not listed themselves.
+/// How one path differs between two trees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Change {
+    Added,
+    Removed,
+    Changed,
+}
+
+/// Whether `path` has entries under it in `tree`.
+fn has_children(tree: &BTreeMap<String, TreeEntry>, path: &str) -> bool {
+    let prefix = format!("{path}/");
+    tree.range(prefix.clone()..)
+        .next()
+        .is_some_and(|(child, _)| child.starts_with(&prefix))
+}
+
+/// An entry added to or removed from `tree` is listed itself when it is a
+/// file or symlink, or a directory with nothing under it to show it.
+fn listed(tree: &BTreeMap<String, TreeEntry>, path: &str, entry: &TreeEntry) -> bool {
+    match entry {
+        TreeEntry::Object(_) => true,
+        TreeEntry::Directory => !has_children(tree, path),
+    }
+}
+
+/// How `path` differs from `from` to `to`, if it is listed.
+fn change_of(
+    from: &BTreeMap<String, TreeEntry>,
+    to: &BTreeMap<String, TreeEntry>,
+    path: &str,
+) -> Option<Change> {
+    match (from.get(path), to.get(path)) {
+        (None, Some(entry)) => listed(to, path, entry).then_some(Change::Added),
+        (Some(entry), None) => listed(from, path, entry).then_some(Change::Removed),
+        (Some(a), Some(b)) if a != b => Some(Change::Changed),
+        _ => None,
+    }
+}
+
+/// Files (and symlinks) added, removed and changed, by group. A directory
+/// is listed only where nothing under it shows the change: added or removed
+/// empty, or changed from or to another type (a link turned directory).
 pub fn files(
     from: &BTreeMap<String, TreeEntry>,
     to: &BTreeMap<String, TreeEntry>,
 ) -> BTreeMap<String, FileChanges> {
     let mut groups: BTreeMap<String, FileChanges> = BTreeMap::new();
-    let object = |entry: Option<&TreeEntry>| match entry {
-        Some(TreeEntry::Object(checksum)) => Some(checksum.clone()),
-        _ => None,
-    };
     let paths: BTreeSet<&String> = from.keys().chain(to.keys()).collect();
     for path in paths {
-        let kind = match (object(from.get(path)), object(to.get(path))) {
-            (None, Some(_)) => 0,
-            (Some(_), None) => 1,
-            (Some(a), Some(b)) if a != b => 2,
-            _ => continue,
+        let Some(change) = change_of(from, to, path) else {
+            continue;
         };
         let group = groups.entry(group_of(path)).or_default();
-        [&mut group.added, &mut group.removed, &mut group.changed][kind].push(path.clone());
+        let list = match change {
+            Change::Added => &mut group.added,
+            Change::Removed => &mut group.removed,
+            Change::Changed => &mut group.changed,
+        };
+        list.push(path.clone());
     }
     groups
 }
@@ -257,39 +295,68 @@ mod tests {
         assert_eq!(change.removed, ["isolcpus=1", "quiet"]);
     }
 
+    fn tree(list: &[(&str, &str)]) -> BTreeMap<String, TreeEntry> {
+        list.iter()
+            .map(|(p, c)| {
+                let entry = if *c == "dir" {
+                    TreeEntry::Directory
+                } else {
+                    TreeEntry::Object(c.to_string())
+                };
+                (p.to_string(), entry)
+            })
+            .collect()
+    }
+
     #[test]
-    fn files_by_group_without_directories() {
-        let tree = |list: &[(&str, &str)]| {
-            list.iter()
-                .map(|(p, c)| {
-                    let entry = if *c == "dir" {
-                        TreeEntry::Directory
-                    } else {
-                        TreeEntry::Object(c.to_string())
-                    };
-                    (p.to_string(), entry)
-                })
-                .collect::<BTreeMap<_, _>>()
-        };
+    fn files_by_group_and_directories_only_where_nothing_else_shows_them() {
         let from = tree(&[
             ("etc", "dir"),
             ("etc/hostname", "a"),
             ("usr/bin", "dir"),
             ("usr/bin/sh", "b"),
             ("usr/lib/x", "c"),
+            ("var/cache", "dir"),
         ]);
         let to = tree(&[
             ("etc", "dir"),
             ("etc/hostname", "a"),
             ("usr/bin/sh", "B"),
             ("usr/bin/tree", "t"),
-            ("usr/share", "dir"),
+            ("usr/share/doc", "dir"),
+            ("usr/share/doc/tree", "dir"),
+            ("usr/share/doc/tree/README", "r"),
+            ("var/lib", "dir"),
         ]);
         let groups = files(&from, &to);
-        assert_eq!(groups.keys().collect::<Vec<_>>(), ["usr/bin", "usr/lib"]);
+        assert_eq!(
+            groups.keys().collect::<Vec<_>>(),
+            ["usr/bin", "usr/lib", "usr/share", "var"]
+        );
         assert_eq!(groups["usr/bin"].added, ["usr/bin/tree"]);
         assert_eq!(groups["usr/bin"].changed, ["usr/bin/sh"]);
         assert_eq!(groups["usr/lib"].removed, ["usr/lib/x"]);
+        // A new directory shows by its files; an empty one by itself.
+        assert_eq!(groups["usr/share"].added, ["usr/share/doc/tree/README"]);
+        assert_eq!(groups["var"].added, ["var/lib"]);
+        assert_eq!(groups["var"].removed, ["var/cache"]);
         assert_eq!(group_of("etc/hostname"), "etc");
+    }
+
+    #[test]
+    fn a_link_turned_directory_and_a_new_link_target_are_changed() {
+        let from = tree(&[("lib64", "link-to-usr-lib64"), ("bin", "link-to-usr-bin")]);
+        let to = tree(&[
+            ("lib64", "dir"),
+            ("lib64/ld-linux-x86-64.so.2", "evil"),
+            ("bin", "link-to-tmp"),
+        ]);
+        let groups = files(&from, &to);
+        assert_eq!(groups["lib64"].changed, ["lib64"]);
+        assert_eq!(groups["lib64"].added, ["lib64/ld-linux-x86-64.so.2"]);
+        assert_eq!(groups["bin"].changed, ["bin"]);
+        // And back: the directory turned link is changed too.
+        assert_eq!(files(&to, &from)["lib64"].changed, ["lib64"]);
+        assert_eq!(files(&to, &from)["lib64"].removed, ["lib64/ld-linux-x86-64.so.2"]);
     }
 }

@@ -4,12 +4,13 @@
 
 pub mod compare;
 pub mod download;
+pub mod walk;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
 use crate::ostree as ost;
@@ -26,6 +27,20 @@ fn as_device_path(path: String) -> String {
         Some(rest) if rest.is_empty() || rest.starts_with('/') => format!("etc{rest}"),
         _ => path,
     }
+}
+
+/// Every entry of the commit's whole tree (the top-level links and
+/// directories too), by the path a deployment shows it at. A commit holding
+/// both `/etc` and `/usr/etc`, which ostree refuses to deploy, is refused.
+fn device_tree(root: &ostree::gio::File) -> Result<BTreeMap<String, TreeEntry>> {
+    let entries = walk::walk(root, walk::MAX_DEPTH)?;
+    if entries.contains_key("etc") && entries.contains_key("usr/etc") {
+        bail!("the commit holds both /etc and /usr/etc, which ostree refuses to deploy");
+    }
+    Ok(entries
+        .into_iter()
+        .map(|(path, entry)| (as_device_path(path), entry))
+        .collect())
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -46,7 +61,7 @@ pub struct CommitDiff {
     pub packages: PackageChanges,
     pub kernel_symbols: Vec<SymbolChange>,
     pub kargs: ListChange,
-    /// By group (`usr/bin`, `etc/ssh`, ...).
+    /// By group (`usr/bin`, `etc/ssh`, `lib64`, ...), over the whole tree.
     pub files: BTreeMap<String, FileChanges>,
     pub download: Download,
 }
@@ -94,10 +109,7 @@ fn read_facts(repo: &ostree::Repo, rev: &str) -> Result<Facts> {
         .with_context(|| format!("commit {checksum}: /{release_dir}/config is not UTF-8"))?;
     let config = rtcheck::kconfig::Config::parse(&config_text)
         .with_context(|| format!("commit {checksum}: /{release_dir}/config"))?;
-    let files = tree::walk(&root, "usr")?
-        .into_iter()
-        .map(|(path, entry)| (as_device_path(path), entry))
-        .collect();
+    let files = device_tree(&root).with_context(|| format!("commit {checksum}"))?;
     let rt_evidence = commit::full_evidence(&info)
         .map(|e| {
             e.checks
@@ -206,7 +218,7 @@ pub fn render(diff: &CommitDiff) -> String {
         "kargs: added {:?}, removed {:?}",
         diff.kargs.added, diff.kargs.removed
     );
-    let _ = writeln!(out, "files under /usr and /etc:");
+    let _ = writeln!(out, "files in the whole tree (/usr/etc as /etc):");
     for (group, f) in &diff.files {
         let _ = writeln!(
             out,

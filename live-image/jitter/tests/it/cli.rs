@@ -468,6 +468,43 @@ fn usage_errors_exit_2() {
         .code(2);
 }
 
+/// A hostile checkpoint (priority 1000, as no command line may give) is
+/// refused with its file and field named, exit 1, before anything runs.
+#[test]
+fn a_checkpoint_outside_the_command_line_ranges_is_refused_naming_the_field() {
+    use jitter::checkpoint::{Checkpoint, SoakOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let mut checkpoint = Checkpoint::new(SoakOptions {
+        duration_s: 40,
+        budget_us: 100,
+        rt_cpus: CpuSet::parse("1").unwrap(),
+        housekeeping: CpuSet::parse("0").unwrap(),
+        interval_us: 200,
+        priority: 1000,
+        no_load: false,
+        histogram_max_us: 1000,
+        checkpoint_every_s: 5,
+    });
+    checkpoint.start_segment(5);
+    checkpoint.write(dir.path()).unwrap();
+    let refused = Command::cargo_bin("jitter")
+        .unwrap()
+        .arg("--resume")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    let file = dir.path().join("checkpoint.json");
+    assert!(
+        stderr.contains(&format!(
+            "cannot resume: {} holds options.priority = 1000; --priority takes 1 to 99",
+            file.display()
+        )),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn missing_cyclictest_names_rt_tests() {
     if !is_root() {
