@@ -111,9 +111,20 @@ pub struct RecipeArgs {
     jobs: Option<u64>,
     /// Look stage artifacts (kernels, rootfs bases) up on this shared cache
     /// (http://, https:// or file://, as `imgbuild cache push` fills it)
-    /// before building them [default: $IMGBUILD_CACHE_REMOTE].
+    /// before building them [default: $IMGBUILD_CACHE_REMOTE]. Needs
+    /// --cache-remote-key or --cache-remote-insecure.
     #[arg(long, value_name = "URL")]
     cache_remote: Option<String>,
+    /// The OpenPGP public key that signs the shared cache's entries (`cache
+    /// push --gpg-key`): an entry is used only with a good signature by it
+    /// [default: $IMGBUILD_CACHE_REMOTE_KEY].
+    #[arg(long, value_name = "FILE")]
+    cache_remote_key: Option<PathBuf>,
+    /// Use the shared cache's entries unverified (no pinned key). The
+    /// commit records it, and the tag stage refuses an rt ref built so
+    /// [default: $IMGBUILD_CACHE_REMOTE_INSECURE=1].
+    #[arg(long)]
+    cache_remote_insecure: bool,
 }
 
 #[derive(Args, Debug)]
@@ -178,6 +189,10 @@ pub struct PublishArgs {
     /// Publish even when the version is not newer than the remote's.
     #[arg(long)]
     force: bool,
+    /// Remove the refs the destination serves whose commits the GPG key did
+    /// not sign [default: refuse to publish, exit 3, naming each].
+    #[arg(long, requires = "gpg_key")]
+    prune_unsigned_refs: bool,
 }
 
 #[derive(Args, Debug)]
@@ -226,10 +241,16 @@ pub struct QualifyArgs {
     /// The SSH port of targets that name none.
     #[arg(long, default_value_t = 22, value_parser = clap::value_parser!(u16).range(1..))]
     port: u16,
-    /// Trust only the host keys in this known_hosts file [default: take
-    /// each machine's key once at the start, show it and pin it for the run].
+    /// Trust only the host keys in this known_hosts file (e.g.
+    /// ~/.ssh/known_hosts; hashed entries work). A machine whose key is not
+    /// in it is refused before login. This or --trust-on-first-use is needed.
     #[arg(long, value_name = "FILE")]
     known_hosts: Option<PathBuf>,
+    /// Take each machine's host key as it first shows it (nothing vouches
+    /// for it), pinned for the run; its record says "trust-on-first-use" and
+    /// promote counts it only with --allow-tofu.
+    #[arg(long)]
+    trust_on_first_use: bool,
     /// Also keep each machine's files here, in HOST-PORT/.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
@@ -257,12 +278,18 @@ pub struct PromoteArgs {
     /// The GnuPG home holding that key [default: $GNUPGHOME, else ~/.gnupg].
     #[arg(long, value_name = "DIR")]
     gpg_homedir: Option<PathBuf>,
-    /// A hardware id that must have a PASS; repeatable.
+    /// A hardware id that must have a PASS; repeatable. Required ones count
+    /// toward --min-platforms, which still applies.
     #[arg(long = "require", value_name = "HARDWARE-ID")]
     require: Vec<String>,
-    /// Distinct platforms (on distinct machines) that must have a PASS.
-    #[arg(long, default_value_t = 1)]
+    /// Distinct platforms, measured through distinct host keys, that must
+    /// have a PASS (one platform alone: say --min-platforms 1).
+    #[arg(long, default_value_t = 2)]
     min_platforms: usize,
+    /// Also count PASS records whose host key was not pinned
+    /// (trust-on-first-use, or a qualification/1 record, which does not say).
+    #[arg(long)]
+    allow_tofu: bool,
     /// The shortest measurement a PASS counts with, in seconds.
     #[arg(long, default_value_t = 300)]
     min_duration: u64,
@@ -461,11 +488,19 @@ fn run_recipe(args: RecipeArgs, ui: Ui, json: bool) -> Result<u8> {
     let recipe = Recipe::load(&args.file)?;
     recipe.check_work_dir(&std::path::absolute(&args.work_dir)?)?;
     let cache_root = args.cache_dir.unwrap_or_else(Cache::default_root);
-    let remote = remote::from_flag_or_env(
-        args.cache_remote.as_deref(),
-        std::env::var("IMGBUILD_CACHE_REMOTE").ok().as_deref(),
-    )
-    .map_err(|e| BadInput::new(&e.origin.clone(), e.to_string()))?;
+    let flags = remote::RemoteFlags {
+        url: args.cache_remote,
+        key: args.cache_remote_key,
+        insecure: args.cache_remote_insecure,
+    };
+    let remote = remote::from_flags(&flags, |name| std::env::var(name).ok())
+        .map_err(|e| BadInput::new(&e.origin.clone(), e.to_string()))?;
+    if let Some(insecure) = remote.as_ref().filter(|r| r.is_insecure()) {
+        ui.warn(format!(
+            "the cache remote {} is used UNVERIFIED (--cache-remote-insecure): anyone who can answer for it can put a kernel or files into this build; the commit records it, and an rt ref built from it is not tagged",
+            insecure.url()
+        ));
+    }
     let cache = Cache::open(&cache_root)?.with_remote(remote);
     std::fs::create_dir_all(&args.work_dir)
         .with_context(|| format!("creating work dir {}", args.work_dir.display()))?;
@@ -564,6 +599,7 @@ fn run_publish(args: PublishArgs, ui: &Ui, json: bool) -> Result<u8> {
         delta_from_empty: args.delta_from_empty,
         depth: args.depth,
         force: args.force,
+        prune_unsigned_refs: args.prune_unsigned_refs,
         after_phase: &|_| Ok(()),
     };
     let report = publish::publish(&args.repo, transport.as_ref(), &options, ui)?;
@@ -669,7 +705,7 @@ fn run_qualify(args: QualifyArgs, ui: &Ui, json: bool) -> Result<u8> {
         },
         ssh: qualify::ssh::SshOptions {
             identity: args.identity,
-            known_hosts: args.known_hosts,
+            host_keys: qualify::ssh::HostKeys::from_flags(args.known_hosts, args.trust_on_first_use)?,
         },
         out: args.out,
         gpg_key: args.gpg_key,
@@ -696,6 +732,7 @@ fn run_promote(args: PromoteArgs, ui: &Ui, json: bool) -> Result<u8> {
         policy: qualify::promote::Policy {
             min_duration_s: args.min_duration,
             max_budget_us: args.max_budget,
+            allow_tofu: args.allow_tofu,
         },
     };
     qualify::promote::promote(&request, ui, &mut |report| {

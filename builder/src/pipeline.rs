@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::{Context as _, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::cache::Cache;
+use crate::cache::{Cache, remote};
 use crate::io::atomic::write_file_atomic;
 use crate::io::hashing::{sha256_file, sha256_hex, sha256_tree};
 use crate::ostree;
@@ -153,7 +153,7 @@ pub fn run(ctx: &Context, until: Stage, report: &mut PipelineReport) -> Result<(
     if until == Stage::Commit {
         return Ok(());
     }
-    let iso = stage_iso(ctx, report, &fetched, &kernel)?;
+    let (iso, live_insecure) = stage_iso(ctx, report, &fetched, &kernel)?;
     if until == Stage::Iso {
         return Ok(());
     }
@@ -170,6 +170,7 @@ pub fn run(ctx: &Context, until: Stage, report: &mut PipelineReport) -> Result<(
         &committed,
         &tag::required_checks(with_modules, true),
         Some((&booted.evidence, live_iso_sha256.as_str())),
+        &live_insecure,
     )?;
     if until == Stage::Tag {
         return Ok(());
@@ -267,12 +268,14 @@ pub fn iso_path(ctx: &Context) -> PathBuf {
     })
 }
 
+/// The iso stage; with the live base when it came from an unverified cache
+/// remote entry (its boot is the tag's evidence).
 fn stage_iso(
     ctx: &Context,
     report: &mut PipelineReport,
     fetched: &Fetched,
     kernel: &KernelOutput,
-) -> Result<IsoOutput> {
+) -> Result<(IsoOutput, Vec<String>)> {
     let recipe = &ctx.recipe;
     let live_rootfs = recipe
         .live
@@ -297,12 +300,10 @@ fn stage_iso(
         .as_ref()
         .and_then(|l| l.rootfs.clone())
         .unwrap_or_default();
+    let live_base = rootfs::base::debian_key(&suite, "essential", &packages, None);
     let key = Key::new()
         .with("kernel", &kernel.key)
-        .with(
-            "base",
-            rootfs::base::debian_key(&suite, "essential", &packages, None),
-        )
+        .with("base", &live_base)
         .with("jitter", sha256_file(&jitter, None)?)
         .with("live-rootfs", &live_rootfs_sha256)
         .with_value("ssh-keys", &recipe.live.ssh_authorized_keys)
@@ -316,7 +317,7 @@ fn stage_iso(
         .with("format", ROOTFS_FORMAT);
     let present = |out: &IsoOutput| out.iso.is_file() && out.sbom.as_ref().is_some_and(|p| p.is_file());
     let flavor = recipe.flavor.to_string();
-    ctx.run(report, Stage::Iso)?.cached(&key, present, |dir| {
+    let iso = ctx.run(report, Stage::Iso)?.cached(&key, present, |dir| {
         let title = format!("{} {} live", recipe.name, recipe.version);
         let version_line = format!(
             "{} {}, {} flavor, kernel {}",
@@ -348,7 +349,8 @@ fn stage_iso(
             },
         };
         iso::build_iso(&inputs, &ctx.cache, &ctx.fetch_options, dir, &ctx.ui)
-    })
+    })?;
+    Ok((iso, insecure_of(ctx, vec![(remote::ROOTFS_BASE, live_base)])))
 }
 
 fn stage_boot(ctx: &Context, report: &mut PipelineReport, iso: &IsoOutput) -> Result<BootOutput> {
@@ -521,7 +523,16 @@ fn stage_commit(
         health: &recipe.health,
         sbom_sha256: Some(&sbom.sha256),
     };
-    let metadata = commit::metadata(&facts)?;
+    let mut metadata = commit::metadata(&facts)?;
+    let insecure = insecure_artifacts(ctx, kernel);
+    if !insecure.is_empty() {
+        ctx.ui.warn(format!(
+            "the commit records {} = true: {} came from unverified cache remote entries",
+            commit::key::CACHE_INSECURE,
+            insecure.join(", ")
+        ));
+    }
+    commit::mark_insecure_cache(&mut metadata, &insecure);
     let repo = repo_path(ctx);
     // The parent (the ref's target) is not part of the key: tagging this
     // commit moves the ref to it, and the rerun must still be a cache hit.
@@ -557,12 +568,39 @@ fn stage_commit(
     })
 }
 
+/// The commit's artifacts (`<area>/<key>`) that came from cache remote
+/// entries nothing authenticated: the kernel, and a Debian rootfs base.
+fn insecure_artifacts(ctx: &Context, kernel: &KernelOutput) -> Vec<String> {
+    let mut artifacts = vec![(remote::KERNELS, kernel.key.clone())];
+    if let RootfsBase::Debian {
+        suite,
+        variant,
+        packages,
+        mirror,
+    } = &ctx.recipe.rootfs.base
+    {
+        let key = rootfs::base::debian_key(suite, variant, packages, mirror.as_deref());
+        artifacts.push((remote::ROOTFS_BASE, key));
+    }
+    insecure_of(ctx, artifacts)
+}
+
+/// Those of `artifacts` the local cache took from unverified entries.
+fn insecure_of(ctx: &Context, artifacts: Vec<(&str, String)>) -> Vec<String> {
+    artifacts
+        .into_iter()
+        .filter(|(area, key)| remote::insecure_origin(&ctx.cache, area, key).is_some())
+        .map(|(area, key)| format!("{area}/{key}"))
+        .collect()
+}
+
 fn stage_tag(
     ctx: &Context,
     report: &mut PipelineReport,
     committed: &CommitOutput,
     required: &[&str],
     boot: Option<(&Evidence, &str)>,
+    live_insecure: &[String],
 ) -> Result<TagOutput> {
     let recipe = &ctx.recipe;
     let started = Instant::now();
@@ -570,6 +608,11 @@ fn stage_tag(
         "tag",
         format!("gate for {} ({} flavor)", recipe.ostree.ref_name, recipe.flavor),
     );
+    let rt = tag::gate_flavor(recipe.flavor, &recipe.ostree.ref_name) == Flavor::Rt;
+    if rt && !live_insecure.is_empty() {
+        let refused = tag::insecure_refusal(live_insecure);
+        return Err(anyhow::Error::from(refused).context("stage `tag` failed"));
+    }
     let out = tag::tag_with_live_iso(
         &TagRequest {
             repo: &committed.repo,

@@ -31,6 +31,7 @@ pub const PACKAGES: &[(&str, &str)] = &[
     ("flex", "flex"),
     ("gcc", "gcc"),
     ("gpg", "gnupg"),
+    ("gpgconf", "gnupg"),
     ("grub-editenv", "grub-common"),
     ("grub-mkimage", "grub-common"),
     ("grub-mkrescue", "grub-common"),

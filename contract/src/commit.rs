@@ -27,6 +27,12 @@ pub mod key {
     pub const HEALTH: &str = crate::policy::METADATA_KEY;
     /// The sha256 of the SBOM the builder writes into the tree.
     pub const SBOM_SHA256: &str = "imgbuild.sbom.sha256";
+    /// `true` when an artifact of the build came from a cache remote entry
+    /// nothing authenticated (`--cache-remote-insecure`); no rt ref is
+    /// tagged from such a commit.
+    pub const CACHE_INSECURE: &str = "imgbuild.cache.insecure";
+    /// Those artifacts, as `<area>/<key>`.
+    pub const CACHE_INSECURE_ARTIFACTS: &str = "imgbuild.cache.insecure-artifacts";
 }
 
 /// Reads the evidence back from a commit's metadata (what devices see).

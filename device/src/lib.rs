@@ -17,16 +17,16 @@
 //! one; see [`system::System`]).
 
 pub mod cli;
-pub mod deploy;
+mod deploy;
 pub mod grubenv;
-pub mod health;
-pub mod identity;
-pub mod machine;
-pub mod medium;
-pub mod provision;
-pub mod record;
-pub mod rollback;
-pub mod rt_run;
-pub mod status;
-pub mod system;
-pub mod upgrade;
+mod health;
+mod identity;
+mod machine;
+mod medium;
+mod provision;
+mod record;
+mod rollback;
+mod rt_run;
+mod status;
+mod system;
+mod upgrade;

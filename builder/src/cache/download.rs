@@ -1,12 +1,13 @@
 //! Downloads and imports into the cache's blob store: a URL fetched with
-//! retries, deadlines and a size cap, or a local file hashed (with a memo)
-//! and copied in; either is checked against its sha256 before it is kept.
-//! Below both the fetch stage and the remote cache ([`super::remote`]).
+//! retries, an overall deadline, a minimum rate ([`Pace`]) and a size cap,
+//! or a local file hashed (with a memo) and copied in; either is checked
+//! against its sha256 before it is kept. Below both the fetch stage and the
+//! remote cache ([`super::remote`]).
 
 use std::fs::File;
 use std::io::{self, BufWriter};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
@@ -48,7 +49,45 @@ pub struct FetchOptions {
     pub read_timeout: Duration,
     /// Refuse a body longer than this (a remote cache entry's size): a
     /// hostile server cannot fill the disk before the hash is checked.
+    /// `None`: [`DEFAULT_MAX_BYTES`].
     pub max_bytes: Option<u64>,
+}
+
+/// The most a download may hold when nothing pins its size (a recipe's
+/// `{url, sha256}`): 4 GiB.
+pub const DEFAULT_MAX_BYTES: u64 = 4 << 30;
+
+/// How slow a download may be: it is abandoned when it runs past `deadline`
+/// (every attempt and every wait between them counted), or when fewer than
+/// `min_bytes` arrived in a `window`, so a server that trickles cannot hold
+/// a build. Both are checked after every read, and a read waits at most
+/// [`FetchOptions::read_timeout`]: that is how far past the deadline a
+/// silent server can get.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pace {
+    pub deadline: Duration,
+    pub min_bytes: u64,
+    pub window: Duration,
+}
+
+impl Default for Pace {
+    /// An hour in all, and at least 64 KiB a minute.
+    fn default() -> Self {
+        Pace {
+            deadline: Duration::from_secs(3600),
+            min_bytes: 64 << 10,
+            window: Duration::from_secs(60),
+        }
+    }
+}
+
+/// A download abandoned for its [`Pace`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TooSlow {
+    #[error("only {bytes} bytes arrived in {window:?} (the minimum is {min}): the server is too slow")]
+    Trickle { bytes: u64, min: u64, window: Duration },
+    #[error("the download did not finish within its deadline of {0:?}")]
+    Deadline(Duration),
 }
 
 impl Default for FetchOptions {
@@ -87,56 +126,105 @@ pub fn cached_blob(cache: &Cache, sha256: &str, origin: &str, ui: &Ui) -> Result
     }
 }
 
+/// [`fetch_url_paced`] at the default [`Pace`].
 pub fn fetch_url(url: &str, sha256: &str, cache: &Cache, options: &FetchOptions, ui: &Ui) -> Result<Fetched> {
+    fetch_url_paced(url, sha256, cache, options, &Pace::default(), ui)
+}
+
+/// Downloads `url` into the cache unless blob `sha256` is there: retried,
+/// within `pace`, capped at `options.max_bytes`, kept only when its sha256
+/// is the one expected.
+pub fn fetch_url_paced(
+    url: &str,
+    sha256: &str,
+    cache: &Cache,
+    options: &FetchOptions,
+    pace: &Pace,
+    ui: &Ui,
+) -> Result<Fetched> {
     if let Some(cached) = cached_blob(cache, sha256, url, ui)? {
         return Ok(cached);
     }
-    let client = reqwest::blocking::Client::builder()
+    let limits = Limits {
+        max_bytes: options.max_bytes.unwrap_or(DEFAULT_MAX_BYTES),
+        pace: pace.clone(),
+        deadline_at: Instant::now() + pace.deadline,
+    };
+    let client = http_client(options)?;
+    let mut wait = options.backoff;
+    for attempt in 1..=options.attempts.max(1) {
+        let error = match download_once(&client, url, &limits, cache, ui) {
+            Ok((temp, actual, size)) => return keep(temp, &actual, size, url, sha256, cache, ui),
+            Err(Attempt::Permanent(e)) => return Err(e.context(format!("downloading {url}"))),
+            Err(Attempt::Transient(e)) => e,
+        };
+        if attempt >= options.attempts || limits.past_deadline_after(wait) {
+            return Err(error.context(format!("downloading {url}: gave up after {attempt} attempts")));
+        }
+        ui.warn(format!(
+            "download of {url} failed (attempt {attempt} of {}): {error:#}; retrying in {:.1}s",
+            options.attempts,
+            wait.as_secs_f64()
+        ));
+        std::thread::sleep(wait);
+        wait *= 2;
+    }
+    unreachable!("the loop returns on the last attempt")
+}
+
+/// The HTTP client of `options`' timeouts.
+pub(super) fn http_client(options: &FetchOptions) -> Result<reqwest::blocking::Client> {
+    reqwest::blocking::Client::builder()
         .connect_timeout(options.connect_timeout)
         // In the blocking client this bounds each read, not the whole download.
         .timeout(options.read_timeout)
         .user_agent(concat!("imgbuild/", env!("CARGO_PKG_VERSION")))
         .build()
-        .context("creating the HTTP client")?;
-    let mut wait = options.backoff;
-    for attempt in 1..=options.attempts.max(1) {
-        match download_once(&client, url, options.max_bytes, cache, ui) {
-            Ok((temp, actual, size)) => {
-                if actual != sha256 {
-                    // `temp` is dropped here, which deletes the partial file.
-                    return Err(ChecksumMismatch {
-                        origin: url.to_string(),
-                        expected: sha256.to_string(),
-                        actual,
-                    }
-                    .into());
-                }
-                let path = cache.store_blob(temp, sha256)?;
-                ui.note(format!("downloaded {url} ({size} bytes, sha256 verified)"));
-                return Ok(Fetched {
-                    sha256: sha256.to_string(),
-                    path,
-                    origin: url.to_string(),
-                    size,
-                    cached: false,
-                });
-            }
-            Err(Attempt::Permanent(e)) => return Err(e.context(format!("downloading {url}"))),
-            Err(Attempt::Transient(e)) if attempt < options.attempts => {
-                ui.warn(format!(
-                    "download of {url} failed (attempt {attempt} of {}): {e:#}; retrying in {:.1}s",
-                    options.attempts,
-                    wait.as_secs_f64()
-                ));
-                std::thread::sleep(wait);
-                wait *= 2;
-            }
-            Err(Attempt::Transient(e)) => {
-                return Err(e.context(format!("downloading {url}: gave up after {attempt} attempts")));
-            }
+        .context("creating the HTTP client")
+}
+
+/// Stores a downloaded temp file as blob `sha256` if it hashed to that;
+/// otherwise it is dropped, which deletes it.
+fn keep(
+    temp: tempfile::NamedTempFile,
+    actual: &str,
+    size: u64,
+    url: &str,
+    sha256: &str,
+    cache: &Cache,
+    ui: &Ui,
+) -> Result<Fetched> {
+    if actual != sha256 {
+        return Err(ChecksumMismatch {
+            origin: url.to_string(),
+            expected: sha256.to_string(),
+            actual: actual.to_string(),
         }
+        .into());
     }
-    unreachable!("the loop returns on the last attempt")
+    let path = cache.store_blob(temp, sha256)?;
+    ui.note(format!("downloaded {url} ({size} bytes, sha256 verified)"));
+    Ok(Fetched {
+        sha256: sha256.to_string(),
+        path,
+        origin: url.to_string(),
+        size,
+        cached: false,
+    })
+}
+
+/// What one download may take.
+struct Limits {
+    max_bytes: u64,
+    pace: Pace,
+    deadline_at: Instant,
+}
+
+impl Limits {
+    /// Whether waiting `wait` would run past the deadline.
+    fn past_deadline_after(&self, wait: Duration) -> bool {
+        Instant::now() + wait >= self.deadline_at
+    }
 }
 
 enum Attempt {
@@ -149,7 +237,7 @@ enum Attempt {
 fn download_once(
     client: &reqwest::blocking::Client,
     url: &str,
-    max_bytes: Option<u64>,
+    limits: &Limits,
     cache: &Cache,
     ui: &Ui,
 ) -> Result<(tempfile::NamedTempFile, String, u64), Attempt> {
@@ -168,10 +256,10 @@ fn download_once(
         });
     }
     let expected_len = response.content_length();
-    let limit = max_bytes.unwrap_or(u64::MAX);
+    let limit = limits.max_bytes;
     if expected_len.is_some_and(|len| len > limit) {
         return Err(Attempt::Permanent(anyhow::anyhow!(
-            "the server offers {} bytes, more than the {limit} expected",
+            "the server offers {} bytes, more than the {limit} allowed",
             expected_len.unwrap_or_default()
         )));
     }
@@ -182,16 +270,14 @@ fn download_once(
         .map_err(Attempt::Permanent)?;
     let bar = ui.bytes(expected_len, format!("downloading {}", short_name(url)));
     let mut writer = HashingWriter::new(BufWriter::with_capacity(1 << 20, file));
-    let copied = io::copy(
-        &mut bar.wrap_read(io::Read::take(response, limit.saturating_add(1))),
-        &mut writer,
-    );
+    let body = Paced::new(io::Read::take(response, limit.saturating_add(1)), limits);
+    let copied = io::copy(&mut bar.wrap_read(body), &mut writer);
     bar.finish_and_clear();
-    copied.map_err(|e| Attempt::Transient(anyhow::Error::new(e).context("reading the response body")))?;
+    copied.map_err(read_failure)?;
     let received = writer.written();
     if received > limit {
         return Err(Attempt::Permanent(anyhow::anyhow!(
-            "the server sent more than the {limit} bytes expected"
+            "the server sent more than the {limit} bytes allowed"
         )));
     }
     let (actual, buffered) = writer.finish();
@@ -206,6 +292,81 @@ fn download_once(
         )));
     }
     Ok((temp, actual, received))
+}
+
+/// A failed body read: past the deadline is final, anything else (a
+/// trickle, a timeout, a reset) is worth another attempt.
+fn read_failure(e: io::Error) -> Attempt {
+    let slow = e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<TooSlow>())
+        .cloned();
+    match slow {
+        Some(deadline @ TooSlow::Deadline(_)) => Attempt::Permanent(deadline.into()),
+        Some(trickle) => Attempt::Transient(trickle.into()),
+        None => Attempt::Transient(anyhow::Error::new(e).context("reading the response body")),
+    }
+}
+
+/// A body reader that fails with [`TooSlow`] past the deadline, or when a
+/// window ends with fewer than the minimum bytes in it.
+struct Paced<R> {
+    inner: R,
+    pace: Pace,
+    deadline_at: Instant,
+    window_start: Instant,
+    window_bytes: u64,
+}
+
+/// `inner` read within `pace`, from now: reads fail with [`TooSlow`].
+pub(super) fn paced<R: io::Read>(inner: R, pace: &Pace) -> impl io::Read {
+    let limits = Limits {
+        max_bytes: DEFAULT_MAX_BYTES,
+        pace: pace.clone(),
+        deadline_at: Instant::now() + pace.deadline,
+    };
+    Paced::new(inner, &limits)
+}
+
+impl<R> Paced<R> {
+    fn new(inner: R, limits: &Limits) -> Paced<R> {
+        Paced {
+            inner,
+            pace: limits.pace.clone(),
+            deadline_at: limits.deadline_at,
+            window_start: Instant::now(),
+            window_bytes: 0,
+        }
+    }
+
+    fn check(&mut self, now: Instant) -> Result<(), TooSlow> {
+        if now >= self.deadline_at {
+            return Err(TooSlow::Deadline(self.pace.deadline));
+        }
+        if now.duration_since(self.window_start) >= self.pace.window {
+            if self.window_bytes < self.pace.min_bytes {
+                return Err(TooSlow::Trickle {
+                    bytes: self.window_bytes,
+                    min: self.pace.min_bytes,
+                    window: self.pace.window,
+                });
+            }
+            (self.window_start, self.window_bytes) = (now, 0);
+        }
+        Ok(())
+    }
+}
+
+impl<R: io::Read> io::Read for Paced<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.check(Instant::now()).map_err(io::Error::other)?;
+        let n = self.inner.read(buf)?;
+        self.window_bytes += n as u64;
+        if n > 0 {
+            self.check(Instant::now()).map_err(io::Error::other)?;
+        }
+        Ok(n)
+    }
 }
 
 fn short_name(url: &str) -> &str {
@@ -286,4 +447,104 @@ pub fn import_file(path: &Path, expected: Option<&str>, cache: &Cache, ui: &Ui) 
         size: stamp.size,
         cached: false,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    /// One byte every `every`, for ever.
+    struct Drip(Duration);
+
+    impl Read for Drip {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            std::thread::sleep(self.0);
+            buf[0] = b'x';
+            Ok(1)
+        }
+    }
+
+    fn limits(pace: Pace) -> Limits {
+        Limits {
+            max_bytes: DEFAULT_MAX_BYTES,
+            deadline_at: Instant::now() + pace.deadline,
+            pace,
+        }
+    }
+
+    /// Copies `reader` within `pace`: the error, and how long it took.
+    fn copy(reader: impl Read, pace: Pace) -> (Option<TooSlow>, Duration) {
+        let started = Instant::now();
+        let result = io::copy(&mut Paced::new(reader, &limits(pace)), &mut io::sink());
+        let slow = result.err().map(|e| {
+            e.into_inner()
+                .and_then(|inner| inner.downcast::<TooSlow>().ok())
+                .map(|slow| *slow)
+                .expect("a TooSlow error")
+        });
+        (slow, started.elapsed())
+    }
+
+    #[test]
+    fn a_body_below_the_minimum_rate_fails_after_one_window() {
+        let pace = Pace {
+            deadline: Duration::from_secs(60),
+            min_bytes: 100,
+            window: Duration::from_millis(200),
+        };
+        let (slow, took) = copy(Drip(Duration::from_millis(20)), pace);
+        assert!(
+            matches!(slow, Some(TooSlow::Trickle { min: 100, .. })),
+            "{slow:?}"
+        );
+        assert!(took < Duration::from_secs(2), "{took:?}");
+    }
+
+    #[test]
+    fn a_body_past_the_deadline_fails_whatever_its_rate() {
+        let pace = Pace {
+            deadline: Duration::from_millis(300),
+            min_bytes: 1,
+            window: Duration::from_millis(50),
+        };
+        let (slow, took) = copy(Drip(Duration::from_millis(5)), pace);
+        assert_eq!(slow, Some(TooSlow::Deadline(Duration::from_millis(300))));
+        assert!(took < Duration::from_secs(2), "{took:?}");
+        let Attempt::Permanent(_) = read_failure(io::Error::other(slow.unwrap())) else {
+            panic!("a deadline was retried");
+        };
+    }
+
+    #[test]
+    fn a_body_at_a_good_rate_passes() {
+        let body = vec![1u8; 1 << 20];
+        let (slow, _) = copy(&body[..], Pace::default());
+        assert_eq!(slow, None);
+    }
+
+    #[test]
+    fn a_url_with_no_pinned_size_is_capped_at_the_default() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/linux.tar.xz", listener.local_addr().unwrap());
+        std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut head = [0u8; 1024];
+            let _ = stream.read(&mut head);
+            let len = DEFAULT_MAX_BYTES + 1;
+            let _ = write!(stream, "HTTP/1.1 200 OK\r\nContent-Length: {len}\r\n\r\nabc");
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        let options = FetchOptions {
+            attempts: 1,
+            ..FetchOptions::default()
+        };
+        let err = fetch_url(&url, &"0".repeat(64), &cache, &options, &Ui::plain()).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("more than the 4294967296 allowed"),
+            "{err:#}"
+        );
+        assert_eq!(std::fs::read_dir(cache.root().join("tmp")).unwrap().count(), 0);
+    }
 }

@@ -13,12 +13,15 @@ use glib::prelude::*;
 use ostree::gio;
 use serde::{Deserialize, Serialize};
 
+use emberrtos_contract::error::Refused;
+
 use crate::io::records::{self, RecordKind, StoredRecord};
 use crate::ostree as ost;
 use crate::stages::commit;
+use crate::transport::trust::{Publisher, UnsignedRef};
 use crate::ui::Ui;
 
-pub use crate::transport::{LOCK_FILE, LocalDir, TEMP_PREFIX, Transport};
+pub use crate::transport::{LOCK_FILE, LocalDir, TEMP_PREFIX, Transport, object_path};
 
 /// Publishing proceeds in these phases, in this order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,6 +67,9 @@ pub struct PublishOptions<'a> {
     pub depth: usize,
     /// Publish even when the version is not newer than the remote's.
     pub force: bool,
+    /// Remove the refs the destination serves whose commits the GPG key did
+    /// not sign, instead of refusing to publish (exit 3).
+    pub prune_unsigned_refs: bool,
     /// Called after each phase completes; an error stops the publish there
     /// (the tests use it to interrupt a publish between phases).
     pub after_phase: &'a dyn Fn(Phase) -> Result<()>,
@@ -95,6 +101,9 @@ pub struct PublishReport {
     pub records_copied: usize,
     /// Temp files a killed publish had left at the destination, removed.
     pub stale_temps_removed: usize,
+    /// Refs the destination served unsigned, removed (`--prune-unsigned-refs`).
+    #[serde(default)]
+    pub pruned_refs: Vec<String>,
     /// True when the remote already had everything.
     pub no_op: bool,
     /// Seconds each phase took, in order (`plan` covers reading the remote,
@@ -165,17 +174,10 @@ pub fn version_cmp(a: &str, b: &str) -> Result<std::cmp::Ordering, BadVersion> {
     Ok(parse_version(a)?.cmp(&parse_version(b)?))
 }
 
-/// ostree's path for a loose object.
-pub fn object_path(checksum: &str, kind: ostree::ObjectType) -> PathBuf {
-    let ext = match kind {
-        ostree::ObjectType::File => "filez",
-        ostree::ObjectType::DirTree => "dirtree",
-        ostree::ObjectType::DirMeta => "dirmeta",
-        ostree::ObjectType::Commit => "commit",
-        ostree::ObjectType::CommitMeta => "commitmeta",
-        _ => "unknown",
-    };
-    PathBuf::from(format!("objects/{}/{}.{ext}", &checksum[..2], &checksum[2..]))
+/// An object's path at the remote, and its file in the local repo `source`.
+fn local_object(source: &Path, checksum: &str, kind: ostree::ObjectType) -> (PathBuf, PathBuf) {
+    let rel = object_path(checksum, kind);
+    (rel.clone(), source.join(rel))
 }
 
 /// ostree's "modified base64" of a checksum (`/` becomes `_`, no padding).
@@ -265,17 +267,16 @@ impl Plan {
     }
 
     /// True when the remote's ref already points at the tip and holds every
-    /// commit of the plan.
-    fn is_served_by(&self, transport: &dyn Transport) -> Result<bool> {
+    /// commit object of the plan, byte for byte.
+    fn is_served_by(&self, source: &Path, transport: &dyn Transport) -> Result<bool> {
         if self.remote.first().is_none_or(|(c, _)| *c != self.commit) {
             return Ok(false);
         }
-        for commit in &self.parents {
-            if !transport.exists(&object_path(commit, ostree::ObjectType::Commit))? {
-                return Ok(false);
-            }
-        }
-        Ok(true)
+        let commits: Vec<_> = self
+            .commits()
+            .map(|c| local_object(source, c, ostree::ObjectType::Commit))
+            .collect();
+        Ok(transport.holding(&commits)?.len() == commits.len())
     }
 }
 
@@ -288,6 +289,14 @@ pub fn publish(
 ) -> Result<PublishReport> {
     let repo = ost::open(source)?;
     let refs = refs_to_publish(&repo, source, &options.refs)?;
+    let publisher = options
+        .gpg_key
+        .map(|key| Publisher::new(key, options.gpg_homedir))
+        .transpose()?;
+    let remote = Remote {
+        transport,
+        publisher: publisher.as_ref(),
+    };
     transport.ensure_repo()?;
     let _lock = transport.lock()?;
     let mut report = PublishReport {
@@ -301,6 +310,7 @@ pub fn publish(
             report.stale_temps_removed
         ));
     }
+    report.pruned_refs = check_served_refs(&remote, options, ui)?;
     let mut clock = PhaseClock::start();
     let plans = refs
         .iter()
@@ -312,10 +322,10 @@ pub fn publish(
     let records = read_records(source, &plans)?;
     clock.lap(&mut report, "plan");
 
-    if served_already(transport, &plans)? {
+    if served_already(source, transport, &plans)? {
         // Records added since the commits went out still go.
         copy_records(transport, &records, ui, &mut report)?;
-        return finish_served(source, &repo, transport, &plans, options, ui, report);
+        return finish_served(source, &repo, &remote, &plans, options, ui, report);
     }
     ui.step("publish", format!("objects to {}", transport.describe()));
     copy_objects(&repo, source, transport, &plans, &mut report)?;
@@ -337,7 +347,7 @@ pub fn publish(
     end_phase(transport, options, Phase::Refs, &mut clock, &mut report)?;
 
     ui.step("publish", "summary");
-    publish_summary(&repo, transport, options)?;
+    publish_summary(&repo, &remote, options)?;
     end_phase(transport, options, Phase::Summary, &mut clock, &mut report)?;
     Ok(report)
 }
@@ -488,9 +498,9 @@ fn sign_commits(repo: &ostree::Repo, plans: &[Plan], options: &PublishOptions, u
     Ok(())
 }
 
-fn served_already(transport: &dyn Transport, plans: &[Plan]) -> Result<bool> {
+fn served_already(source: &Path, transport: &dyn Transport, plans: &[Plan]) -> Result<bool> {
     for plan in plans {
-        if !plan.is_served_by(transport)? {
+        if !plan.is_served_by(source, transport)? {
             return Ok(false);
         }
     }
@@ -503,17 +513,18 @@ fn served_already(transport: &dyn Transport, plans: &[Plan]) -> Result<bool> {
 fn finish_served(
     source: &Path,
     repo: &ostree::Repo,
-    transport: &dyn Transport,
+    remote: &Remote,
     plans: &[Plan],
     options: &PublishOptions,
     ui: &Ui,
     mut report: PublishReport,
 ) -> Result<PublishReport> {
+    let transport = remote.transport;
     let mut changed = report.records_copied > 0;
     for commit in plans.iter().flat_map(Plan::commits) {
         changed |= sync_commitmeta(source, transport, commit, &mut report)?;
     }
-    changed |= publish_summary(repo, transport, options)?;
+    changed |= publish_summary(repo, remote, options)?;
     report.refs = plans
         .iter()
         .map(|plan| PublishedRef {
@@ -562,12 +573,15 @@ fn copy_commit_objects(
         .map(|o| (o.checksum().to_string(), o.object_type()))
         .collect();
     ordered.sort_by_key(|(c, t)| (matches!(t, ostree::ObjectType::Commit), c.clone()));
-    for (checksum, kind) in ordered {
-        let rel = object_path(&checksum, kind);
-        if transport.exists(&rel)? {
+    let files: Vec<_> = ordered
+        .iter()
+        .map(|(checksum, kind)| local_object(source, checksum, *kind))
+        .collect();
+    let held = transport.holding(&files)?;
+    for (rel, local) in files {
+        if held.contains(&rel) {
             continue;
         }
-        let local = source.join(&rel);
         transport.put_file(&rel, &local)?;
         report.objects_copied += 1;
         report.bytes_copied += local.metadata().map(|m| m.len()).unwrap_or(0);
@@ -614,7 +628,12 @@ fn copy_deltas(
             from,
             to: plan.commit.clone(),
         };
-        if transport.exists(&delta_dir(delta.from.as_deref(), &delta.to)?.join("superblock"))? {
+        let superblock = delta_dir(delta.from.as_deref(), &delta.to)?.join("superblock");
+        let local = source.join(&superblock);
+        if transport
+            .holding(&[(superblock.clone(), local)])?
+            .contains(&superblock)
+        {
             entry.deltas.push(delta.name());
         } else if let Some(f) = &delta.from
             && ost::resolve(repo, f)?.is_none()
@@ -843,14 +862,75 @@ fn move_refs(transport: &dyn Transport, plans: &[Plan], ui: &Ui) -> Result<()> {
     Ok(())
 }
 
-/// Summary phase: generates and signs the new summary before either served
-/// file changes, then replaces them in [`ost::summary_files_in_order`].
+/// The destination, and the key whose signatures publish trusts there.
+struct Remote<'a> {
+    transport: &'a dyn Transport,
+    /// `None` when publishing unsigned.
+    publisher: Option<&'a Publisher>,
+}
+
+/// Refused (exit 3): the destination serves refs the publisher did not sign.
+fn unsigned_refs_refused(transport: &dyn Transport, unsigned: &[UnsignedRef], hint: &str) -> anyhow::Error {
+    Refused {
+        stage: "publish".into(),
+        summary: format!(
+            "{} serves {} ref(s) whose commits the GPG key did not sign; nothing was signed or published{hint}",
+            transport.describe(),
+            unsigned.len()
+        ),
+        reasons: unsigned.iter().map(UnsignedRef::to_string).collect(),
+    }
+    .into()
+}
+
+/// Before anything is signed or copied: the refs the destination serves
+/// must be the publisher's. Others are refused, or removed with
+/// `--prune-unsigned-refs` (returned). Unsigned publishing checks nothing.
+fn check_served_refs(remote: &Remote, options: &PublishOptions, ui: &Ui) -> Result<Vec<String>> {
+    let (transport, Some(publisher)) = (remote.transport, remote.publisher) else {
+        return Ok(Vec::new());
+    };
+    let unsigned = publisher.unsigned_refs(transport, &transport.generate_summary()?)?;
+    if unsigned.is_empty() {
+        return Ok(Vec::new());
+    }
+    if !options.prune_unsigned_refs {
+        let hint = " (--prune-unsigned-refs removes them)";
+        return Err(unsigned_refs_refused(transport, &unsigned, hint));
+    }
+    for planted in &unsigned {
+        transport.remove(&Path::new("refs/heads").join(&planted.name))?;
+        ui.note(format!("removed the unsigned ref {planted}"));
+    }
+    Ok(unsigned.into_iter().map(|r| r.name).collect())
+}
+
+/// Whether the served `summary.sig` goes with `served`: a good signature
+/// by the publisher, or none when publishing unsigned.
+fn signature_current(remote: &Remote, served: &[u8]) -> Result<bool> {
+    match remote.publisher {
+        Some(publisher) => publisher.signed_summary(remote.transport, served),
+        None => Ok(remote.transport.read(Path::new("summary.sig"))?.is_none()),
+    }
+}
+
+/// Summary phase: generates the new summary, refuses it when it lists a
+/// ref the publisher did not sign, and signs it before either served file
+/// changes, then replaces them in [`ost::summary_files_in_order`].
 /// Returns false when the served summary was already current.
-fn publish_summary(repo: &ostree::Repo, transport: &dyn Transport, options: &PublishOptions) -> Result<bool> {
+fn publish_summary(repo: &ostree::Repo, remote: &Remote, options: &PublishOptions) -> Result<bool> {
+    let transport = remote.transport;
     let summary = transport.generate_summary()?;
-    let served = transport.read(Path::new("summary"))?;
-    let signed = transport.exists(Path::new("summary.sig"))?;
-    if served.is_some_and(|s| ost::same_summary(&s, &summary)) && signed == options.gpg_key.is_some() {
+    if let Some(publisher) = remote.publisher {
+        let unsigned = publisher.unsigned_refs(transport, &summary)?;
+        if !unsigned.is_empty() {
+            return Err(unsigned_refs_refused(transport, &unsigned, ""));
+        }
+    }
+    if let Some(served) = transport.read(Path::new("summary"))?
+        && ost::same_summary(&served, &summary)
+        && signature_current(remote, &served)?
+    {
         return Ok(false);
     }
     let signature = match options.gpg_key {
@@ -1026,9 +1106,7 @@ mod tests {
     #[test]
     fn stale_temps_are_removed_and_nothing_else() {
         let dir = tempfile::tempdir().unwrap();
-        let remote = LocalDir {
-            root: dir.path().to_path_buf(),
-        };
+        let remote = LocalDir::new(dir.path());
         remote.ensure_repo().unwrap();
         let objects = dir.path().join("objects/ab");
         std::fs::create_dir_all(&objects).unwrap();
@@ -1036,8 +1114,10 @@ mod tests {
         std::fs::write(objects.join("cdef.filez"), b"object").unwrap();
         std::fs::create_dir_all(dir.path().join(".publish-scratch/objects")).unwrap();
         std::fs::write(dir.path().join(".publish-9"), b"summary").unwrap();
+        // What a kill inside the confined root's write leaves.
+        std::fs::write(objects.join(".imgbuild-77-0"), b"half").unwrap();
         let _lock = remote.lock().unwrap();
-        assert_eq!(remote.remove_stale_temps().unwrap(), 3);
+        assert_eq!(remote.remove_stale_temps().unwrap(), 4);
         assert!(objects.join("cdef.filez").is_file());
         assert!(dir.path().join("config").is_file());
         assert!(dir.path().join(LOCK_FILE).is_file());
@@ -1047,9 +1127,7 @@ mod tests {
     #[test]
     fn a_second_publish_waits_for_the_lock() {
         let dir = tempfile::tempdir().unwrap();
-        let remote = LocalDir {
-            root: dir.path().to_path_buf(),
-        };
+        let remote = LocalDir::new(dir.path());
         let held = remote.lock().unwrap();
         let file = std::fs::File::open(dir.path().join(LOCK_FILE)).unwrap();
         assert!(matches!(file.try_lock(), Err(std::fs::TryLockError::WouldBlock)));

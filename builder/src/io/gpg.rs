@@ -143,6 +143,64 @@ pub fn primary_fingerprint(key: &str, homedir: Option<&Path>) -> Result<String> 
     }
 }
 
+/// A keyring of its own, in a throwaway homedir, holding only the OpenPGP
+/// public key(s) of one file: what a pinned key is checked with. Nothing
+/// from the user's keyring (or any other key) can make a signature good.
+#[derive(Debug)]
+pub struct PinnedKeyring {
+    home: tempfile::TempDir,
+    /// The primary fingerprints of the keys imported.
+    pub fingerprints: Vec<String>,
+}
+
+impl PinnedKeyring {
+    /// Imports `public_key` (already checked to be a public key) into a
+    /// fresh homedir.
+    pub fn import(public_key: &[u8]) -> Result<PinnedKeyring> {
+        let home = tempfile::Builder::new()
+            .prefix("imgbuild-gpg-")
+            .tempdir()
+            .context("creating a throwaway GnuPG home")?;
+        let key_file = temp_with(public_key)?;
+        let mut cmd = gpg(Some(home.path()))?;
+        cmd.arg("--import").arg(key_file.path());
+        tool::run(&mut cmd).context("importing the pinned key")?;
+        let mut cmd = gpg(Some(home.path()))?;
+        cmd.args(["--with-colons", "--fingerprint", "--list-keys"]);
+        let listing = tool::run(&mut cmd).context("listing the pinned key")?;
+        let fingerprints = parse_primary_fingerprints(&String::from_utf8_lossy(&listing.stdout));
+        if fingerprints.is_empty() {
+            bail!("gpg imported no key from it");
+        }
+        Ok(PinnedKeyring { home, fingerprints })
+    }
+
+    /// Checks a detached `signature` of `data` with this keyring alone.
+    pub fn verify(&self, data: &[u8], signature: &[u8]) -> Result<Verification> {
+        verify_detached(data, signature, Some(self.home.path()))
+    }
+
+    /// Good, and by one of the pinned keys (or a subkey of one).
+    pub fn good(&self, verification: &Verification) -> bool {
+        self.fingerprints.iter().any(|f| verification.good_by(f))
+    }
+}
+
+impl Drop for PinnedKeyring {
+    /// gpg may have started an agent for the throwaway home: stop it.
+    fn drop(&mut self) {
+        if let Ok(mut cmd) = tool::command("gpgconf") {
+            let _ = cmd
+                .arg("--homedir")
+                .arg(self.home.path())
+                .args(["--kill", "all"])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+    }
+}
+
 /// The primary keys' fingerprints in `gpg --with-colons` output (pure): the
 /// `fpr` record right after each `pub` record.
 pub fn parse_primary_fingerprints(colons: &str) -> Vec<String> {
@@ -159,6 +217,72 @@ pub fn parse_primary_fingerprints(colons: &str) -> Vec<String> {
         }
     }
     fingerprints
+}
+
+/// Throwaway signing keys for unit tests.
+#[cfg(test)]
+pub(crate) mod test_keys {
+    use std::path::Path;
+    use std::process::Command;
+
+    /// A passphrase-less ed25519 key `name` in its own homedir; its
+    /// armored public key and fingerprint.
+    pub struct TestKey {
+        pub home: tempfile::TempDir,
+        pub fingerprint: String,
+        pub public: Vec<u8>,
+    }
+
+    fn gpg(home: &Path, args: &[&str]) -> Vec<u8> {
+        let out = Command::new("gpg")
+            .arg("--homedir")
+            .arg(home)
+            .args(["--batch", "--passphrase", ""])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "gpg {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    }
+
+    impl TestKey {
+        pub fn generate(name: &str) -> TestKey {
+            let home = tempfile::Builder::new().prefix("gpg").tempdir_in("/tmp").unwrap();
+            let uid = format!("{name} <{name}@example.org>");
+            gpg(
+                home.path(),
+                &["--quick-gen-key", &uid, "ed25519", "sign", "never"],
+            );
+            let colons = gpg(home.path(), &["--with-colons", "--fingerprint", "--list-keys"]);
+            let fingerprint = super::parse_primary_fingerprints(&String::from_utf8_lossy(&colons))
+                .pop()
+                .unwrap();
+            let public = gpg(home.path(), &["--armor", "--export", &fingerprint]);
+            TestKey {
+                home,
+                fingerprint,
+                public,
+            }
+        }
+
+        pub fn sign(&self, data: &[u8]) -> Vec<u8> {
+            super::sign_detached(data, &self.fingerprint, Some(self.home.path())).unwrap()
+        }
+    }
+
+    impl Drop for TestKey {
+        fn drop(&mut self) {
+            let _ = Command::new("gpgconf")
+                .arg("--homedir")
+                .arg(self.home.path())
+                .args(["--kill", "all"])
+                .status();
+        }
+    }
 }
 
 #[cfg(test)]
@@ -199,6 +323,20 @@ mod tests {
         assert!(!parse_status(&mixed).good);
         // Status words inside a user id are not statuses.
         assert!(!parse_status("gpg: [GNUPG:] GOODSIG\n").good);
+    }
+
+    #[test]
+    fn a_pinned_keyring_counts_only_its_own_keys_signatures() {
+        use test_keys::TestKey;
+        let (pinned, other) = (TestKey::generate("pinned"), TestKey::generate("other"));
+        let ring = PinnedKeyring::import(&pinned.public).unwrap();
+        assert_eq!(ring.fingerprints, std::slice::from_ref(&pinned.fingerprint));
+        assert!(ring.good(&ring.verify(b"data", &pinned.sign(b"data")).unwrap()));
+        let by_other = ring.verify(b"data", &other.sign(b"data")).unwrap();
+        assert!(!by_other.good && !ring.good(&by_other), "{by_other:?}");
+        let changed = ring.verify(b"datA", &pinned.sign(b"data")).unwrap();
+        assert!(!ring.good(&changed), "{changed:?}");
+        assert!(PinnedKeyring::import(b"not a key").is_err());
     }
 
     #[test]

@@ -46,13 +46,14 @@ pub fn list(repo: &Path, commit: &str) -> Result<Listing> {
 fn summarize_qualification(stored: &StoredRecord) -> String {
     match serde_json::from_slice::<Record>(&stored.json) {
         Ok(r) => clean(&format!(
-            "{} {}: {}, worst case {} us, budget {} us, {} s",
+            "{} {}: {}, worst case {} us, budget {} us, {} s, host key {}",
             r.hardware.id,
             r.hardware.platform(),
             r.verdict,
             r.worst_us,
             r.budget_us,
-            r.duration_s
+            r.duration_s,
+            r.host_key_established()
         )),
         Err(error) => clean(&format!("unreadable: {error}")),
     }

@@ -1,11 +1,13 @@
 //! `imgbuild qualify`: candidate machines booted from the live validation
 //! ISO are measured over SSH, in parallel, and each measurement leaves a
-//! signed `qualification/1` record beside the commit. `imgbuild promote`
+//! signed `qualification/2` record beside the commit. `imgbuild promote`
 //! moves a release ref only on enough valid PASS records for that commit.
 //!
-//! The target is untrusted: its host key is pinned for the run, everything
-//! it sends is capped and cleaned, and it is measured only once it proves it
-//! runs the ref's own kernel.
+//! The target is untrusted: its host key must be one the operator pinned
+//! (or the record says it was taken on first use) and stays pinned for the
+//! run, everything it sends is capped and cleaned, and it is measured only
+//! once it says it runs the ref's own kernel. Without attestation what it
+//! says (identity, kernel, figures) is its own word, and the record says so.
 
 pub mod listing;
 pub mod measure;
@@ -25,8 +27,8 @@ use serde::Serialize;
 
 use self::measure::{Measurement, Run};
 use self::probe::Probe;
-use self::record::{HostKeyRecord, KernelIdentity, Record, TargetRecord};
-use self::ssh::{Limits, Session, SshOptions};
+use self::record::{HostKeyRecord, KernelIdentity, Provenance, Record, TargetRecord};
+use self::ssh::{Established, Limits, Session, SshError, SshOptions};
 use self::target::Target;
 use crate::io::gpg;
 use crate::io::records::RecordKind;
@@ -112,6 +114,8 @@ pub struct TargetOutcome {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     pub host_key: Option<String>,
+    /// `pinned` or `trust-on-first-use`, once a key was trusted.
+    pub host_key_established: Option<Established>,
     pub hardware_id: Option<String>,
     pub platform: Option<String>,
     pub verdict: Option<String>,
@@ -238,6 +242,7 @@ fn qualify_target(
         status: Status::Measured,
         error: None,
         host_key: None,
+        host_key_established: None,
         hardware_id: None,
         platform: None,
         verdict: None,
@@ -248,7 +253,7 @@ fn qualify_target(
         files: None,
     };
     if let Err(error) = attempt(target, request, expected, line, &mut outcome) {
-        let refused = error.chain().any(|e| e.is::<Refused>());
+        let refused = error.chain().any(is_refusal);
         outcome.status = if refused { Status::Refused } else { Status::Error };
         // The chain may quote the target (a serde error quotes its JSON).
         let text = clean_lines(&format!("{error:#}"));
@@ -263,6 +268,12 @@ fn qualify_target(
     outcome
 }
 
+/// A "no" about the target (exit 3), not a failure to reach or run it: a
+/// [`Refused`], or a host key the operator did not pin.
+fn is_refusal(error: &(dyn std::error::Error + 'static)) -> bool {
+    error.is::<Refused>() || matches!(error.downcast_ref(), Some(SshError::NotPinned { .. }))
+}
+
 fn attempt(
     target: &Target,
     request: &QualifyRequest,
@@ -272,8 +283,13 @@ fn attempt(
 ) -> Result<()> {
     let session = Session::open(target, &request.ssh)?;
     let key = &session.host_key;
-    line.say(&format!("host key {} {}", key.algorithm, key.fingerprint));
+    let how = match session.established {
+        Established::Pinned => "pinned by --known-hosts",
+        Established::TrustOnFirstUse => "trusted on first use, not verified",
+    };
+    line.say(&format!("host key {} {} ({how})", key.algorithm, key.fingerprint));
     outcome.host_key = Some(key.fingerprint.clone());
+    outcome.host_key_established = Some(session.established);
     let output = session.run(probe::PROBE_COMMAND, Limits::PROBE)?;
     let probe = probe::parse(&String::from_utf8_lossy(&output.stdout));
     outcome.hardware_id = Some(probe.hardware.id.clone());
@@ -396,8 +412,10 @@ fn build_record(
             host_key: HostKeyRecord {
                 algorithm: session.host_key.algorithm.clone(),
                 fingerprint: session.host_key.fingerprint.clone(),
+                established: Some(session.established),
             },
         },
+        provenance: Some(Provenance::reported_by_target()),
         verdict: assessment.verdict.to_string(),
         reasons: assessment
             .reasons
@@ -513,6 +531,7 @@ mod tests {
             status,
             error: None,
             host_key: None,
+            host_key_established: None,
             hardware_id: None,
             platform: None,
             verdict: verdict.map(str::to_string),

@@ -1,5 +1,6 @@
 //! `imgbuild promote`: a release ref moves to a commit only when enough
-//! platforms have a valid signed PASS record for that exact commit. Every
+//! platforms (2 by default) have a valid signed PASS record for that exact
+//! commit, measured through a pinned host key unless `--allow-tofu`. Every
 //! record is re-verified here (signature, key, commit, verdict); nothing an
 //! earlier run noted is trusted.
 
@@ -10,6 +11,7 @@ use anyhow::Result;
 use serde::Serialize;
 
 use super::record::{self, Record};
+use super::ssh::Established;
 use super::{clean, expected_kernel, short};
 use crate::io::gpg::{self, Verification};
 use crate::io::hashing::sha256_hex;
@@ -28,7 +30,7 @@ pub struct PromoteRequest {
     pub gpg_homedir: Option<PathBuf>,
     /// Hardware ids that must each have a PASS.
     pub require: Vec<String>,
-    /// Distinct platforms that must have a PASS.
+    /// Distinct platforms that must have a PASS, `--require`d ones included.
     pub min_platforms: usize,
     pub policy: Policy,
 }
@@ -46,6 +48,8 @@ pub struct Row {
     pub sha256: String,
     /// The host key it was measured through.
     pub host_key: String,
+    /// How that key was established: `pinned`, `trust-on-first-use`, `not stated`.
+    pub host_key_established: String,
     pub finished: String,
     /// Signed by the key, readable, about this commit.
     pub valid: bool,
@@ -71,6 +75,8 @@ pub struct Policy {
     pub min_duration_s: u64,
     /// The largest budget a PASS may have been judged against, in µs.
     pub max_budget_us: u64,
+    /// Whether a PASS through a host key that was not pinned counts.
+    pub allow_tofu: bool,
 }
 
 /// Judges one stored record (pure once its signature is checked) against
@@ -92,6 +98,7 @@ pub fn judge(
         record: stored.name.clone(),
         sha256: sha256_hex(&stored.json),
         host_key: String::new(),
+        host_key_established: String::new(),
         finished: String::new(),
         valid: false,
         why: None,
@@ -103,6 +110,7 @@ pub fn judge(
         row.worst_us = Some(record.worst_us);
         row.budget_us = Some(record.budget_us);
         row.host_key = clean(&record.target.host_key.fingerprint);
+        row.host_key_established = record.host_key_established().into();
         row.finished = clean(&record.finished);
     }
     let record = authentic(&parsed, verification, signer, commit);
@@ -134,7 +142,7 @@ fn authentic<'a>(
     let record = parsed
         .as_ref()
         .map_err(|error| clean(&format!("unreadable: {error}")))?;
-    if record.schema != record::SCHEMA {
+    if !record::READABLE.contains(&record.schema.as_str()) {
         return Err(clean(&format!("unknown schema {:?}", record.schema)));
     }
     if record.commit != commit {
@@ -145,6 +153,18 @@ fn authentic<'a>(
 
 /// Why an authentic record is not a PASS that counts (pure).
 fn why_not_pass(record: &Record, policy: Policy) -> Option<String> {
+    why_not_a_good_verdict(record, policy).or_else(|| {
+        let established = record.target.host_key.established;
+        (established != Some(Established::Pinned) && !policy.allow_tofu).then(|| {
+            format!(
+                "PASS through a host key not pinned ({}): --allow-tofu counts it",
+                record.host_key_established()
+            )
+        })
+    })
+}
+
+fn why_not_a_good_verdict(record: &Record, policy: Policy) -> Option<String> {
     match record.verdict.as_str() {
         "PASS" if record.worst_us > record.budget_us => Some("PASS over its own budget".into()),
         "PASS" if record.duration_s < policy.min_duration_s => Some(format!(
@@ -325,6 +345,7 @@ fn write_promotion(request: &PromoteRequest, report: &PromoteReport) -> Result<P
         "previous": report.previous,
         "require": request.require,
         "min-platforms": request.min_platforms,
+        "allow-tofu": request.policy.allow_tofu,
         "records": counted,
         "judged": report.rows,
         "promoted": record::rfc3339(now),
@@ -392,6 +413,7 @@ mod tests {
     const POLICY: Policy = Policy {
         min_duration_s: 300,
         max_budget_us: 100,
+        allow_tofu: false,
     };
 
     fn stored(commit: &str, verdict: &str, worst: u64) -> StoredRecord {
@@ -409,7 +431,8 @@ mod tests {
             "kernel": {"release": "6.12", "uts-version": "#1", "bzimage-sha256": "00"},
             "hardware": {"id": "hw-a", "sys-vendor": "Acme", "product-name": "Rig-A", "board-name": "",
                 "bios-version": "", "cpu-model": "", "microcode": "", "cores": 2, "memory-kib": 1},
-            "target": {"address": "root@h:22", "host-key": {"algorithm": "ssh-ed25519", "fingerprint": "SHA256:x"}},
+            "target": {"address": "root@h:22",
+                "host-key": {"algorithm": "ssh-ed25519", "fingerprint": "SHA256:x", "established": "pinned"}},
             "verdict": verdict, "reasons": [], "worst-us": worst, "budget-us": 100, "duration-s": 300,
             "started": "", "finished": "", "operator-host": "", "imgbuild-version": "", "report": null,
         });
@@ -483,6 +506,44 @@ mod tests {
         assert!(why(&short, Some(&good())).unwrap().contains("--min-duration 300"));
         let lax = stored_with(COMMIT, "PASS", 400, |j| j["budget-us"] = 1000.into());
         assert!(why(&lax, Some(&good())).unwrap().contains("--max-budget 100"));
+    }
+
+    #[test]
+    fn a_pass_through_an_unpinned_host_key_counts_only_with_allow_tofu() {
+        let tofu = stored_with(COMMIT, "PASS", 40, |j| {
+            j["target"]["host-key"]["established"] = "trust-on-first-use".into()
+        });
+        let row = judge(&tofu, Some(&good()), KEY, COMMIT, POLICY);
+        assert!(row.valid);
+        assert_eq!(row.host_key_established, "trust-on-first-use");
+        let why_tofu = row.why.unwrap();
+        assert!(
+            why_tofu.contains("trust-on-first-use") && why_tofu.contains("--allow-tofu"),
+            "{why_tofu}"
+        );
+        // A qualification/1 record does not say: it is not taken as pinned.
+        let first = stored_with(COMMIT, "PASS", 40, |j| {
+            j["schema"] = "qualification/1".into();
+            j["target"]["host-key"]
+                .as_object_mut()
+                .unwrap()
+                .remove("established");
+        });
+        assert!(why(&first, Some(&good())).unwrap().contains("not stated"));
+        let lenient = Policy {
+            allow_tofu: true,
+            ..POLICY
+        };
+        for stored in [&tofu, &first] {
+            assert_eq!(judge(stored, Some(&good()), KEY, COMMIT, lenient).why, None);
+        }
+        // A bad verdict is said first, whatever the key.
+        let tofu_fail = stored_with(COMMIT, "FAIL", 400, |j| {
+            j["target"]["host-key"]["established"] = "trust-on-first-use".into()
+        });
+        assert!(why(&tofu_fail, Some(&good())).unwrap().starts_with("FAIL"));
+        let unknown = stored_with(COMMIT, "PASS", 40, |j| j["schema"] = "qualification/9".into());
+        assert!(why(&unknown, Some(&good())).unwrap().contains("unknown schema"));
     }
 
     #[test]

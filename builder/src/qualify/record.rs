@@ -1,7 +1,9 @@
-//! The qualification record (`qualification/1`): which kernel, on which
-//! hardware, measured how, with which verdict. Signed with an armored GPG
-//! detached signature and stored beside the commit
-//! (`<repo>/qualifications/<commit>/`), signature first.
+//! The qualification record (`qualification/2`): which kernel, on which
+//! hardware, measured how, with which verdict, and how each of those was
+//! established. Signed with an armored GPG detached signature and stored
+//! beside the commit (`<repo>/qualifications/<commit>/`), signature first.
+//! `qualification/1` records (without `provenance` and the host key's
+//! `established`) still read.
 
 use std::path::{Path, PathBuf};
 
@@ -9,10 +11,15 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use super::probe::Hardware;
+use super::ssh::Established;
 use crate::io::gpg;
 use crate::io::records::{self, RecordKind};
 
-pub const SCHEMA: &str = "qualification/1";
+pub const SCHEMA: &str = "qualification/2";
+
+/// The schemas read: [`SCHEMA`], and the first, which does not say how its
+/// host key or facts were established.
+pub const READABLE: [&str; 2] = ["qualification/1", SCHEMA];
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -27,6 +34,38 @@ pub struct KernelIdentity {
 pub struct HostKeyRecord {
     pub algorithm: String,
     pub fingerprint: String,
+    /// `pinned` or `trust-on-first-use`; absent in `qualification/1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub established: Option<Established>,
+}
+
+/// Where the record's facts come from. Without attestation every one of
+/// them is the target's own word, under the host key above.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Provenance {
+    /// `none`: no TPM quote or other hardware-rooted proof (issue 41).
+    pub attestation: String,
+    /// The hardware id hashes DMI strings, `/proc/cpuinfo` and
+    /// `/proc/meminfo` as the target's shell printed them.
+    pub identity_source: String,
+    /// The target ran the commit's kernel because its `uname -r`/`-v` and
+    /// `jitter --check-kernel` said so.
+    pub kernel_source: String,
+    /// The verdict and figures are the report the target's `jitter` wrote.
+    pub measurement_source: String,
+}
+
+impl Provenance {
+    /// What this version of qualify establishes: nothing beyond the target's word.
+    pub fn reported_by_target() -> Provenance {
+        Provenance {
+            attestation: "none".into(),
+            identity_source: "dmi-cpuinfo-meminfo-reported-by-target".into(),
+            kernel_source: "uname-and-check-kernel-reported-by-target".into(),
+            measurement_source: "jitter-report-from-target".into(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -46,6 +85,9 @@ pub struct Record {
     pub kernel: KernelIdentity,
     pub hardware: Hardware,
     pub target: TargetRecord,
+    /// Absent in `qualification/1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<Provenance>,
     /// `PASS`, `FAIL` or `INVALID`, as jitter judged.
     pub verdict: String,
     pub reasons: Vec<String>,
@@ -59,6 +101,17 @@ pub struct Record {
     pub imgbuild_version: String,
     /// The whole jitter report (`jitter-report/2`).
     pub report: serde_json::Value,
+}
+
+impl Record {
+    /// How its host key was established: `pinned`, `trust-on-first-use`,
+    /// or `not stated` (a `qualification/1` record).
+    pub fn host_key_established(&self) -> &'static str {
+        self.target
+            .host_key
+            .established
+            .map_or("not stated", Established::as_str)
+    }
 }
 
 pub use rtreport::utc::rfc3339;
@@ -99,11 +152,8 @@ pub fn sign_and_store(
 mod tests {
     use super::*;
 
-    #[test]
-    fn times_and_names() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339(1_764_605_700), "2025-12-01T16:15:00Z");
-        let record = Record {
+    fn sample() -> Record {
+        Record {
             schema: SCHEMA.into(),
             commit: "a".repeat(64),
             ref_name: "emberrtos/x86_64/rt".into(),
@@ -121,8 +171,10 @@ mod tests {
                 host_key: HostKeyRecord {
                     algorithm: "ssh-ed25519".into(),
                     fingerprint: "SHA256:x".into(),
+                    established: Some(Established::TrustOnFirstUse),
                 },
             },
+            provenance: Some(Provenance::reported_by_target()),
             verdict: "INVALID".into(),
             reasons: vec![],
             worst_us: 1,
@@ -133,7 +185,14 @@ mod tests {
             operator_host: "ci".into(),
             imgbuild_version: "0.1.0".into(),
             report: serde_json::Value::Null,
-        };
+        }
+    }
+
+    #[test]
+    fn times_and_names() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_764_605_700), "2025-12-01T16:15:00Z");
+        let record = sample();
         assert_eq!(
             file_name(&record, "127.0.0.1-2222"),
             "hw-0123456789abcdef-20251201T161500Z-127.0.0.1-2222.json"
@@ -145,5 +204,31 @@ mod tests {
         assert_eq!(json["kernel"]["bzimage-sha256"], "b".repeat(64));
         assert_eq!(json["target"]["host-key"]["fingerprint"], "SHA256:x");
         assert_eq!(json["hardware"]["sys-vendor"], "");
+        assert_eq!(json["schema"], "qualification/2");
+        assert_eq!(json["target"]["host-key"]["established"], "trust-on-first-use");
+        assert_eq!(json["provenance"]["attestation"], "none");
+        assert_eq!(
+            json["provenance"]["identity-source"],
+            "dmi-cpuinfo-meminfo-reported-by-target"
+        );
+        assert_eq!(record.host_key_established(), "trust-on-first-use");
+    }
+
+    #[test]
+    fn a_first_schema_record_still_reads_and_states_no_pinning() {
+        let mut json = serde_json::to_value(Record {
+            schema: "qualification/1".into(),
+            ..sample()
+        })
+        .unwrap();
+        json["target"]["host-key"]
+            .as_object_mut()
+            .unwrap()
+            .remove("established");
+        json.as_object_mut().unwrap().remove("provenance");
+        let read: Record = serde_json::from_value(json).unwrap();
+        assert!(READABLE.contains(&read.schema.as_str()));
+        assert_eq!(read.provenance, None);
+        assert_eq!(read.host_key_established(), "not stated");
     }
 }

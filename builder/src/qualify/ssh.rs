@@ -1,8 +1,11 @@
 //! One SSH session per target with the real OpenSSH client. The host key is
-//! taken once (`ssh-keyscan`), shown, recorded and pinned: every later
-//! `ssh` trusts that one key only, so a key that changes mid-run aborts the
-//! target. What the target sends is capped on this side and every command
-//! has a deadline: the target may be hostile.
+//! scanned once (`ssh-keyscan`) and must be one the operator already trusts
+//! (`--known-hosts FILE`), unless `--trust-on-first-use` takes the key the
+//! target shows. Either way it is shown, recorded with how it was
+//! established, and pinned for the run: every later `ssh` trusts that one key
+//! only, so a key that changes mid-run aborts the target. What the target
+//! sends is capped on this side and every command has a deadline: the target
+//! may be hostile.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
@@ -11,9 +14,11 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
 
 use super::target::Target;
 use crate::tool;
+use emberrtos_contract::error::BadInput;
 
 /// The errors a caller tells apart, each naming the target.
 #[derive(Debug, thiserror::Error)]
@@ -27,7 +32,8 @@ pub enum SshError {
     #[error("the host key of {target} changed during the run (recorded {recorded}): aborted")]
     HostKeyChanged { target: String, recorded: String },
     #[error(
-        "the host key of {target} ({fingerprint}) is not in {file}: --known-hosts pins the keys you trust"
+        "the host key of {target} ({fingerprint}) is not in {file} (--known-hosts): add it once you have \
+         checked that fingerprint on the machine itself, or pass --trust-on-first-use instead"
     )]
     NotPinned {
         target: String,
@@ -67,8 +73,9 @@ const KEY_PREFERENCE: [&str; 5] = [
     "ssh-rsa",
 ];
 
-/// The best host key in `ssh-keyscan` output (pure); `None` when it holds none.
-pub fn parse_keyscan(output: &str) -> Option<(String, String)> {
+/// The host keys in `ssh-keyscan` output (pure), of the types tried, best
+/// first; empty when it holds none.
+pub fn parse_keyscan(output: &str) -> Vec<(String, String)> {
     let keys: Vec<(&str, &str)> = output
         .lines()
         .filter(|line| !line.starts_with('#'))
@@ -78,11 +85,11 @@ pub fn parse_keyscan(output: &str) -> Option<(String, String)> {
             Some((algorithm, key))
         })
         .collect();
-    KEY_PREFERENCE.iter().find_map(|wanted| {
-        keys.iter()
-            .find(|(algorithm, _)| algorithm == wanted)
-            .map(|(a, k)| (a.to_string(), k.to_string()))
-    })
+    KEY_PREFERENCE
+        .iter()
+        .flat_map(|wanted| keys.iter().filter(move |(algorithm, _)| algorithm == wanted))
+        .map(|(a, k)| (a.to_string(), k.to_string()))
+        .collect()
 }
 
 /// The SHA256 fingerprint of a public key in OpenSSH form.
@@ -141,29 +148,88 @@ pub struct RemoteOutput {
     pub stderr: String,
 }
 
-#[derive(Clone, Debug, Default)]
+/// Which host keys a run trusts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HostKeys {
+    /// `--known-hosts FILE`: only a key in it.
+    Pinned(PathBuf),
+    /// `--trust-on-first-use`: the key the target shows first.
+    TrustOnFirstUse,
+}
+
+impl HostKeys {
+    /// From the two flags: exactly one of them, and a file that reads.
+    pub fn from_flags(known_hosts: Option<PathBuf>, trust_on_first_use: bool) -> Result<HostKeys, BadInput> {
+        match (known_hosts, trust_on_first_use) {
+            (Some(_), true) => Err(BadInput::new(
+                "--trust-on-first-use",
+                "--known-hosts already names the keys to trust: give one of the two",
+            )),
+            (Some(file), false) => match std::fs::File::open(&file) {
+                Ok(_) => Ok(HostKeys::Pinned(file)),
+                Err(e) => Err(BadInput::new(
+                    "--known-hosts",
+                    format!("cannot read {}: {e}", file.display()),
+                )),
+            },
+            (None, true) => Ok(HostKeys::TrustOnFirstUse),
+            (None, false) => Err(BadInput::new(
+                "--known-hosts",
+                "qualify needs the host keys you trust: --known-hosts FILE (e.g. ~/.ssh/known_hosts), \
+                 or --trust-on-first-use to take each machine's key as it is first shown (the records say so)",
+            )),
+        }
+    }
+
+    pub fn established(&self) -> Established {
+        match self {
+            HostKeys::Pinned(_) => Established::Pinned,
+            HostKeys::TrustOnFirstUse => Established::TrustOnFirstUse,
+        }
+    }
+}
+
+/// How a target's host key came to be trusted, as its record says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Established {
+    /// It was in the operator's `--known-hosts` file before the run.
+    Pinned,
+    /// Taken as the target first showed it: nothing vouches for it.
+    TrustOnFirstUse,
+}
+
+impl Established {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Established::Pinned => "pinned",
+            Established::TrustOnFirstUse => "trust-on-first-use",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
 pub struct SshOptions {
     /// `-i KEY`.
     pub identity: Option<PathBuf>,
-    /// `--known-hosts FILE`: the target's key must be in it.
-    pub known_hosts: Option<PathBuf>,
+    pub host_keys: HostKeys,
 }
 
 pub struct Session {
     pub target: Target,
     pub host_key: HostKey,
+    pub established: Established,
     identity: Option<PathBuf>,
     /// This run's known_hosts: the one scanned key.
     known_hosts: tempfile::NamedTempFile,
 }
 
 impl Session {
-    /// Scans and pins the host key (checked against `--known-hosts` when given).
+    /// Scans the host keys, takes the one `options.host_keys` trusts and
+    /// pins it for the run.
     pub fn open(target: &Target, options: &SshOptions) -> Result<Session> {
-        let host_key = scan_host_key(target)?;
-        if let Some(file) = &options.known_hosts {
-            require_pinned(target, &host_key, file)?;
-        }
+        let scanned = scan_host_keys(target)?;
+        let host_key = trusted_key(target, scanned, &options.host_keys)?;
         let mut known_hosts = tempfile::NamedTempFile::new().context("creating this run's known_hosts")?;
         writeln!(
             known_hosts,
@@ -176,6 +242,7 @@ impl Session {
         Ok(Session {
             target: target.clone(),
             host_key,
+            established: options.host_keys.established(),
             identity: options.identity.clone(),
             known_hosts,
         })
@@ -310,7 +377,8 @@ fn detail(stderr: &str) -> String {
     }
 }
 
-fn scan_host_key(target: &Target) -> Result<HostKey> {
+/// The target's host keys, best first; at least one.
+fn scan_host_keys(target: &Target) -> Result<Vec<HostKey>> {
     let mut cmd = tool::command("ssh-keyscan")?;
     cmd.args([
         "-T",
@@ -333,28 +401,43 @@ fn scan_host_key(target: &Target) -> Result<HostKey> {
     };
     let stdout = capture(child, limits, &mut |_| {}).map_or_else(|_| Vec::new(), |(_, stdout, _)| stdout);
     let scanned = parse_keyscan(&String::from_utf8_lossy(&stdout));
-    let (algorithm, base64) = scanned.ok_or_else(|| SshError::Unreachable {
-        target: target.to_string(),
-        detail: String::new(),
-    })?;
-    let fingerprint = fingerprint(&algorithm, &base64)?;
-    Ok(HostKey {
-        algorithm,
-        base64,
-        fingerprint,
-    })
+    if scanned.is_empty() {
+        return Err(SshError::Unreachable {
+            target: target.to_string(),
+            detail: String::new(),
+        }
+        .into());
+    }
+    scanned
+        .into_iter()
+        .map(|(algorithm, base64)| {
+            let fingerprint = fingerprint(&algorithm, &base64)?;
+            Ok(HostKey {
+                algorithm,
+                base64,
+                fingerprint,
+            })
+        })
+        .collect()
 }
 
-fn require_pinned(target: &Target, key: &HostKey, file: &std::path::Path) -> Result<()> {
+/// The best of the `scanned` keys (best first, at least one) that `trust`
+/// accepts; [`SshError::NotPinned`] when `--known-hosts` holds none of them.
+fn trusted_key(target: &Target, scanned: Vec<HostKey>, trust: &HostKeys) -> Result<HostKey> {
+    let file = match trust {
+        HostKeys::TrustOnFirstUse => return Ok(scanned[0].clone()),
+        HostKeys::Pinned(file) => file,
+    };
     let mut cmd = tool::command("ssh-keygen")?;
     cmd.arg("-F").arg(target.known_hosts_name()).arg("-f").arg(file);
-    let output = cmd.output().context("running ssh-keygen -F")?;
-    if lines_hold_key(&String::from_utf8_lossy(&output.stdout), key) {
-        return Ok(());
+    let output = cmd.output().context("running ssh-keygen -F on --known-hosts")?;
+    let lines = String::from_utf8_lossy(&output.stdout);
+    if let Some(key) = scanned.iter().find(|key| lines_hold_key(&lines, key)) {
+        return Ok(key.clone());
     }
     Err(SshError::NotPinned {
         target: target.to_string(),
-        fingerprint: key.fingerprint.clone(),
+        fingerprint: scanned[0].fingerprint.clone(),
         file: file.display().to_string(),
     }
     .into())
@@ -461,14 +544,48 @@ mod tests {
         );
         assert_eq!(
             parse_keyscan(&output),
-            Some(("ssh-ed25519".into(), ED25519.into()))
+            [
+                ("ssh-ed25519".to_string(), ED25519.to_string()),
+                ("ssh-rsa".into(), "AAAArsa".into())
+            ]
         );
         assert_eq!(
-            parse_keyscan("h ssh-rsa AAAArsa\n"),
-            Some(("ssh-rsa".into(), "AAAArsa".into()))
+            parse_keyscan("h ssh-rsa AAAArsa\nh ssh-dss AAAAdss\n"),
+            [("ssh-rsa".to_string(), "AAAArsa".to_string())]
         );
-        assert_eq!(parse_keyscan("# only a banner\n"), None);
-        assert_eq!(parse_keyscan(""), None);
+        assert!(parse_keyscan("# only a banner\n").is_empty());
+        assert!(parse_keyscan("").is_empty());
+    }
+
+    #[test]
+    fn host_keys_need_exactly_one_of_the_two_flags() {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        let path = file.path().to_path_buf();
+        assert_eq!(
+            HostKeys::from_flags(Some(path.clone()), false),
+            Ok(HostKeys::Pinned(path.clone()))
+        );
+        assert_eq!(HostKeys::from_flags(None, true), Ok(HostKeys::TrustOnFirstUse));
+        let neither = HostKeys::from_flags(None, false).unwrap_err().to_string();
+        assert!(
+            neither.contains("--known-hosts") && neither.contains("--trust-on-first-use"),
+            "{neither}"
+        );
+        let both = HostKeys::from_flags(Some(path), true).unwrap_err();
+        assert_eq!(both.option, "--trust-on-first-use");
+        let missing = HostKeys::from_flags(Some("/nonexistent/known_hosts".into()), false).unwrap_err();
+        assert!(
+            missing.to_string().contains("/nonexistent/known_hosts"),
+            "{missing}"
+        );
+        assert_eq!(
+            HostKeys::TrustOnFirstUse.established().as_str(),
+            "trust-on-first-use"
+        );
+        assert_eq!(
+            serde_json::to_value(Established::TrustOnFirstUse).unwrap(),
+            "trust-on-first-use"
+        );
     }
 
     #[test]

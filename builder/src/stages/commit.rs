@@ -65,6 +65,38 @@ pub fn metadata(facts: &CommitFacts) -> Result<Metadata> {
     Ok(m)
 }
 
+pub fn mark_insecure_cache(metadata: &mut Metadata, artifacts: &[String]) {
+    if artifacts.is_empty() {
+        return;
+    }
+    metadata.insert(key::CACHE_INSECURE.into(), MetaValue::Bool(true));
+    metadata.insert(
+        key::CACHE_INSECURE_ARTIFACTS.into(),
+        MetaValue::StrList(artifacts.to_vec()),
+    );
+}
+
+/// The artifacts a commit says came from unverified cache remote entries;
+/// `None` when it says none did. Any value but `false` counts as insecure.
+pub fn insecure_cache_of(info: &ostree::CommitInfo) -> Option<Vec<String>> {
+    let flag = info.metadata.get(key::CACHE_INSECURE)?;
+    if flag == &serde_json::Value::Bool(false) {
+        return None;
+    }
+    let listed = info
+        .metadata
+        .get(key::CACHE_INSECURE_ARTIFACTS)
+        .and_then(|v| v.as_array());
+    let artifacts = listed
+        .map(|list| {
+            list.iter()
+                .map(|v| v.as_str().unwrap_or("?").to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    Some(artifacts)
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct CommitOutput {
@@ -162,6 +194,40 @@ fn forget_composed_commits(build: &::ostree::Repo) -> Result<()> {
 mod tests {
     use super::*;
     use emberrtos_contract::policy::OnInvalid;
+
+    fn info(metadata: &[(&str, serde_json::Value)]) -> ostree::CommitInfo {
+        ostree::CommitInfo {
+            checksum: "ab".repeat(32),
+            parent: None,
+            subject: String::new(),
+            timestamp: 0,
+            metadata: metadata.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
+            detached_metadata: Default::default(),
+        }
+    }
+
+    #[test]
+    fn insecure_cache_artifacts_are_recorded_and_read_back() {
+        let mut metadata = Metadata::new();
+        mark_insecure_cache(&mut metadata, &[]);
+        assert!(metadata.is_empty(), "a clean build records nothing");
+        let artifacts = vec![format!("kernels/{}", "cd".repeat(32))];
+        mark_insecure_cache(&mut metadata, &artifacts);
+        assert_eq!(metadata.get(key::CACHE_INSECURE), Some(&MetaValue::Bool(true)));
+        let json = |v: &MetaValue| match v {
+            MetaValue::Bool(b) => serde_json::json!(b),
+            MetaValue::StrList(l) => serde_json::json!(l),
+            other => panic!("{other:?}"),
+        };
+        let read: Vec<_> = metadata.iter().map(|(k, v)| (k.as_str(), json(v))).collect();
+        assert_eq!(insecure_cache_of(&info(&read)), Some(artifacts));
+        assert_eq!(insecure_cache_of(&info(&[])), None);
+        let off = [(key::CACHE_INSECURE, serde_json::json!(false))];
+        assert_eq!(insecure_cache_of(&info(&off)), None);
+        // Anything else fails closed.
+        let odd = [(key::CACHE_INSECURE, serde_json::json!("no"))];
+        assert_eq!(insecure_cache_of(&info(&odd)), Some(vec![]));
+    }
 
     #[test]
     fn metadata_carries_the_health_policy_for_the_device_to_read_back() {

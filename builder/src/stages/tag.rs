@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ostree::{self, MetaValue, Metadata};
 use crate::recipe::Flavor;
-use crate::stages::commit::{BOOT_EVIDENCE, evidence_of, key};
+use crate::stages::commit::{BOOT_EVIDENCE, evidence_of, insecure_cache_of, key};
 use crate::stages::verify;
 use emberrtos_contract::error::Refused;
 use emberrtos_contract::gate;
@@ -72,6 +72,32 @@ pub struct TagOutput {
     pub signed: bool,
 }
 
+/// The refusal of an rt ref built from `artifacts` (`<area>/<key>`), cache
+/// remote entries nothing authenticated (`--cache-remote-insecure`) (pure).
+pub fn insecure_refusal(artifacts: &[String]) -> Refused {
+    let mut reasons: Vec<String> = artifacts
+        .iter()
+        .map(|a| format!("{a} came from an unverified cache remote entry"))
+        .collect();
+    reasons.push(
+        "remove them from the cache and build again with --cache-remote-key (or without a cache remote)"
+            .into(),
+    );
+    Refused {
+        stage: "tag".into(),
+        summary:
+            "built from unauthenticated cache remote entries (--cache-remote-insecure); the ref was not moved"
+                .into(),
+        reasons,
+    }
+}
+
+/// The refusal of an rt ref for a commit that records unverified cache
+/// remote entries, if it does.
+pub fn insecure_cache_refusal(info: &ostree::CommitInfo) -> Option<Refused> {
+    insecure_cache_of(info).map(|artifacts| insecure_refusal(&artifacts))
+}
+
 /// Re-verifies the commit's kernel and decides, for an rt ref or recipe.
 fn gate_commit(repo: &::ostree::Repo, request: &TagRequest, live_iso_sha256: Option<&str>) -> Result<()> {
     let flavor = gate_flavor(request.flavor, request.ref_name);
@@ -79,6 +105,9 @@ fn gate_commit(repo: &::ostree::Repo, request: &TagRequest, live_iso_sha256: Opt
         return Ok(());
     }
     let info = ostree::read_commit(repo, request.commit)?;
+    if let Some(refused) = insecure_cache_refusal(&info) {
+        return Err(refused.into());
+    }
     let recorded = evidence_of(&info).unwrap_or_default();
     let kernel = gate::verify_committed_kernel(repo, &info.checksum)?;
     let (evidence, problems) =
@@ -210,6 +239,30 @@ mod tests {
             gate_flavor(Flavor::Standard, "emberrtos/x86_64/standard"),
             Flavor::Standard
         );
+    }
+
+    #[test]
+    fn a_commit_from_insecure_cache_entries_is_refused_naming_them() {
+        let commit = |metadata: serde_json::Value| ostree::CommitInfo {
+            checksum: "ab".repeat(32),
+            parent: None,
+            subject: String::new(),
+            timestamp: 0,
+            metadata: serde_json::from_value(metadata).unwrap(),
+            detached_metadata: Default::default(),
+        };
+        let kernel = format!("kernels/{}", "cd".repeat(32));
+        let insecure = commit(serde_json::json!({
+            crate::stages::commit::key::CACHE_INSECURE: true,
+            crate::stages::commit::key::CACHE_INSECURE_ARTIFACTS: [kernel],
+        }));
+        let refused = insecure_cache_refusal(&insecure).expect("refused");
+        assert_eq!(refused.stage, "tag");
+        assert!(refused.summary.contains("--cache-remote-insecure"), "{refused}");
+        assert!(refused.reasons[0].contains(&kernel), "{refused}");
+        let exit = emberrtos_contract::error::exit_code(&anyhow::Error::from(refused));
+        assert_eq!(exit, emberrtos_contract::error::exit::REFUSED);
+        assert!(insecure_cache_refusal(&commit(serde_json::json!({}))).is_none());
     }
 
     #[test]

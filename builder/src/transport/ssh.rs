@@ -1,27 +1,38 @@
 //! `ssh://[user@]host[:port]/path`: a remote directory reached with the
 //! system OpenSSH client (`ssh`, package openssh-client) and POSIX tools on
-//! the server (`sh`, `tar`, `find`, `mv`, `flock`). No server of our own.
+//! the server (`sh`, `tar`, `find`, `mv`, `flock`, `sha256sum`, `xargs`).
+//! No server of our own.
 //!
 //! - Host keys are checked as ssh always does (`BatchMode=yes`: an unknown
 //!   key fails instead of asking). `$IMGBUILD_SSH_CONFIG` names an
 //!   `ssh_config` to use (`ssh -F`), for a known_hosts file or an identity.
-//! - Every file lands under a temp name (`.publish-*`) in its directory and
-//!   is renamed (`mv -T`, which replaces a link planted at the name instead
-//!   of following it) into place. No directory on the way may be a link.
+//! - The server may be hostile: every remote command has a deadline
+//!   (`$IMGBUILD_SSH_TIMEOUT` seconds, default 300, plus time for the bytes
+//!   of a batch; `ConnectTimeout` and `ServerAlive*` for a dead link), past
+//!   which ssh is killed, and every answer is capped.
+//! - The root itself must not be a link (checked on the server before
+//!   anything, and again once inside it). Every file lands under a temp
+//!   name (`.publish-*`) in its directory and is renamed (`mv -T`, which
+//!   replaces a link planted at the name instead of following it) into
+//!   place. No directory on the way may be a link.
+//! - A file already on the server counts as sent only when its sha256 is
+//!   the local file's.
 //! - Objects and delta parts are queued and sent as one tar stream per
 //!   batch; a commit object or a delta superblock waits until everything
 //!   queued before it has landed, and every plain write lands the queue
 //!   first, so the publish order holds on the server.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashSet;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-use super::{LOCK_FILE, TEMP_PREFIX, Transport};
+use super::bounded::{self, Limits, Overrun};
+use super::{LOCK_FILE, READ_LIMIT, REPO_CONFIG, REPO_DIRS, TEMP_PREFIX, Transport};
 
 /// Where the remote is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -125,11 +136,21 @@ fn quote(word: &str) -> String {
     format!("'{}'", word.replace('\'', r"'\''"))
 }
 
-/// Shell functions every script may use: `cd_root ROOT` (made when
-/// missing) and `real_dirs REL` (each directory of REL a real one, made when
-/// missing, never a link).
+/// The exit code of a script that found the root to be a symlink.
+const ROOT_IS_LINK: i32 = 9;
+
+/// Shell functions every script may use: `enter_root ROOT` (cd into it;
+/// exit 9 when it is a symlink, checked before and after the cd),
+/// `cd_root ROOT` (made when missing) and `real_dirs REL` (each directory
+/// of REL a real one, made when missing, never a link).
 const PRELUDE: &str = r#"
-cd_root() { mkdir -p -- "$1" && cd -- "$1"; }
+root_is_link() { echo "imgbuild: $1 on the server is a symlink; refusing to use it" >&2; exit 9; }
+enter_root() {
+    if [ -L "$1" ]; then root_is_link "$1"; fi
+    cd -- "$1" 2>/dev/null || return 1
+    [ "$(cd .. && pwd -P)/${1##*/}" = "$(pwd -P)" ] || root_is_link "$1"
+}
+cd_root() { [ -L "$1" ] || mkdir -p -- "$1"; enter_root "$1"; }
 real_dirs() {
     p=.
     old_ifs=$IFS; IFS=/; set -f
@@ -181,7 +202,7 @@ sync
 /// Prints `$2` (at most `$3` bytes): exit 4 when missing, 3 for a link, 5
 /// when it is not a regular file.
 const READ: &str = r#"
-cd -- "$1" 2>/dev/null || exit 4
+enter_root "$1" || exit 4
 f=$2
 if [ -L "$f" ]; then exit 3; fi
 if [ ! -e "$f" ]; then exit 4; fi
@@ -189,22 +210,31 @@ if [ ! -f "$f" ]; then exit 5; fi
 head -c "$3" -- "$f"
 "#;
 
-/// Every regular file under objects/ and deltas/ (neither followed when a link).
-const LISTING: &str = r#"
-cd -- "$1" 2>/dev/null || exit 0
-for d in objects deltas; do
-    if [ -d "$d" ] && [ ! -L "$d" ]; then find "$d" -type f -print; fi
-done
+/// `sha256  path` of each path on stdin that is a regular file (not a link).
+const HASHES: &str = r#"
+command -v sha256sum >/dev/null || { echo "imgbuild: sha256sum is not installed on the server" >&2; exit 6; }
+enter_root "$1" || exit 0
+while IFS= read -r f; do
+    if [ -f "$f" ] && [ ! -L "$f" ]; then printf '%s\n' "$f"; fi
+done | tr '\n' '\0' | xargs -0 -r sha256sum -- 2>/dev/null || true
 "#;
 
-/// Creates an archive repo's skeleton and its config unless one is there.
+/// Creates an archive repo's skeleton (the directories in `$3`) and its
+/// config (`$2`) unless one is there. A link at any path publish writes
+/// (`$4`…), or a config that is not a regular file, is refused before
+/// anything is made.
 const ENSURE_REPO: &str = r#"
 set -e
 cd_root "$1"
-[ -f config ] && [ ! -L config ] && exit 0
-for d in objects refs refs/heads refs/mirrors refs/remotes tmp state deltas extensions; do real_dirs "$d"; done
+config=$2; dirs=$3; shift 3
+for p in "$@"; do
+    if [ -L "$p" ]; then echo "imgbuild: $p on the server is a symlink; refusing to write through it" >&2; exit 7; fi
+done
+if [ -e config ] && [ ! -f config ]; then echo "imgbuild: config on the server is not a regular file" >&2; exit 7; fi
+for d in $dirs; do real_dirs "$d"; done
+[ -f config ] && exit 0
 t=$(mktemp -- ./.publish-config-XXXXXXXXXX)
-printf '[core]\nrepo_version=1\nmode=archive-z2\n' > "$t"
+printf '%s' "$config" > "$t"
 chmod 644 "$t"
 mv -fT -- "$t" config
 "#;
@@ -218,14 +248,15 @@ exec flock -x "$2" sh -c 'echo locked; exec cat > /dev/null'
 
 /// Removes and prints what a killed run left (`.publish-*`), links not followed.
 const STALE: &str = r#"
-cd -- "$1" 2>/dev/null || exit 0
+enter_root "$1" || exit 0
 find . -name "$2*" -prune -print -exec rm -rf -- {} +
 "#;
 
 /// A tar of what the summary is made from: config, the refs, each ref's
-/// commit object, each delta's superblock.
+/// commit object, each delta's superblock (none of them a link).
 const SUMMARY_INPUTS: &str = r#"
-cd -- "$1" || exit 1
+enter_root "$1" || exit 1
+if [ -L config ] || [ ! -f config ]; then echo "imgbuild: config on the server is not a regular file" >&2; exit 7; fi
 list=config
 # Refs are 65 bytes, commit objects and superblocks small: a planted huge
 # file is left out, not streamed back.
@@ -234,7 +265,7 @@ for r in $(find refs/heads -type f -size -2k 2>/dev/null); do
     case $c in *[!0-9a-f]*|'') continue ;; esac
     [ ${#c} = 64 ] || continue
     o="objects/$(printf %.2s "$c")/${c#??}.commit"
-    [ -f "$o" ] && [ "$(wc -c < "$o")" -lt 16777216 ] || continue
+    [ -f "$o" ] && [ ! -L "$o" ] && [ "$(wc -c < "$o")" -lt 16777216 ] || continue
     list="$list
 $r
 $o"
@@ -244,40 +275,52 @@ $s"; done
 printf '%s\n' "$list" | tar -c --no-recursion -T - -f -
 "#;
 
-/// What publish reads back is small: refs, summaries, metadata, records.
-const READ_LIMIT: u64 = 64 << 20;
+/// The most a short answer (a status, the stale list) may hold.
+const SHORT_ANSWER: u64 = 1 << 20;
+
+/// The most the summary's inputs may hold.
+const SUMMARY_ANSWER: u64 = 64 << 20;
 
 /// The default bytes queued before a batch goes out.
 const BATCH_BYTES: u64 = 64 << 20;
 
+/// The default deadline of one remote command.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(300);
+
+/// A batch may take its deadline plus the time for its bytes at this rate.
+const SLOWEST_BYTES_PER_SECOND: u64 = 64 << 10;
+
 pub struct SshDir {
     target: SshTarget,
-    /// Files known to be on the server under objects/ and deltas/, listed
-    /// once under the lock, then kept up to date by our own writes.
-    listing: RefCell<Option<HashSet<PathBuf>>>,
+    /// Files this transport sent (queued included) or found identical.
+    known: RefCell<HashSet<PathBuf>>,
     queue: RefCell<Vec<(PathBuf, PathBuf)>>,
     queued_bytes: Cell<u64>,
     batch_bytes: u64,
     /// An ssh_config for `ssh -F` (default: $IMGBUILD_SSH_CONFIG).
     config: Option<PathBuf>,
+    /// How long one remote command may take (default: $IMGBUILD_SSH_TIMEOUT s).
+    deadline: Duration,
+}
+
+/// A positive number from the environment variable `name`.
+fn env_number(name: &str) -> Option<u64> {
+    std::env::var(name).ok()?.parse().ok().filter(|n| *n > 0)
 }
 
 impl SshDir {
     pub fn parse(dest: &str) -> Result<SshDir> {
         let target = SshTarget::parse(dest)?;
-        let batch_bytes = std::env::var("IMGBUILD_SSH_BATCH_BYTES")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(BATCH_BYTES);
         Ok(SshDir {
             target,
-            listing: RefCell::new(None),
+            known: RefCell::new(HashSet::new()),
             queue: RefCell::new(Vec::new()),
             queued_bytes: Cell::new(0),
-            batch_bytes,
+            batch_bytes: env_number("IMGBUILD_SSH_BATCH_BYTES").unwrap_or(BATCH_BYTES),
             config: std::env::var_os("IMGBUILD_SSH_CONFIG")
                 .filter(|c| !c.is_empty())
                 .map(PathBuf::from),
+            deadline: env_number("IMGBUILD_SSH_TIMEOUT").map_or(DEFAULT_DEADLINE, Duration::from_secs),
         })
     }
 
@@ -293,6 +336,12 @@ impl SshDir {
         self
     }
 
+    /// Gives each remote command `deadline` instead of $IMGBUILD_SSH_TIMEOUT.
+    pub fn with_deadline(mut self, deadline: Duration) -> SshDir {
+        self.deadline = deadline;
+        self
+    }
+
     /// `ssh [-F $IMGBUILD_SSH_CONFIG] -o BatchMode=yes … -- DEST sh -c SCRIPT sh ROOT ARGS…`.
     fn command(&self, script: &str, args: &[&str]) -> Result<Command> {
         let mut ssh = crate::tool::command("ssh")?;
@@ -302,6 +351,8 @@ impl SshDir {
         ssh.args([
             "-o",
             "BatchMode=yes",
+            "-o",
+            "ConnectTimeout=30",
             "-o",
             "ServerAliveInterval=15",
             "-o",
@@ -323,36 +374,63 @@ impl SshDir {
         Ok(ssh)
     }
 
-    /// Runs a script with `stdin`; its exit code and output.
-    fn run(&self, what: &str, script: &str, args: &[&str], stdin: &[u8]) -> Result<std::process::Output> {
+    /// Runs a script with `stdin`, its answer capped at `answer` bytes and
+    /// the run at the deadline; its exit code and output.
+    fn run(
+        &self,
+        what: &str,
+        script: &str,
+        args: &[&str],
+        stdin: &[u8],
+        answer: u64,
+    ) -> Result<bounded::Finished> {
         let mut ssh = self.command(script, args)?;
-        ssh.stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = ssh.spawn().context("starting ssh")?;
-        let mut input = child.stdin.take().expect("piped");
         let data = stdin.to_vec();
-        let writer = std::thread::spawn(move || input.write_all(&data));
-        let output = child.wait_with_output().context("waiting for ssh")?;
-        let _ = writer.join();
-        if output.status.code() == Some(255) {
-            bail!("{what}: {}", self.connection_error(&output.stderr));
-        }
-        Ok(output)
+        let limits = Limits {
+            deadline: self.deadline,
+            stdout_bytes: answer,
+        };
+        let done = bounded::run(&mut ssh, move |mut input| Ok(input.write_all(&data)?), limits)
+            .map_err(|e| self.overrun(what, e))?;
+        self.check_exit(what, done.status, &done.stderr)?;
+        Ok(done)
     }
 
     /// Runs a script that must succeed; its stdout.
-    fn run_ok(&self, what: &str, script: &str, args: &[&str], stdin: &[u8]) -> Result<Vec<u8>> {
-        let output = self.run(what, script, args, stdin)?;
-        if !output.status.success() {
+    fn run_ok(&self, what: &str, script: &str, args: &[&str], stdin: &[u8], answer: u64) -> Result<Vec<u8>> {
+        let done = self.run(what, script, args, stdin, answer)?;
+        if !done.status.success() {
             bail!(
                 "{what} on {}: {} ({})",
                 self.target,
-                String::from_utf8_lossy(&output.stderr).trim(),
-                output.status
+                String::from_utf8_lossy(&done.stderr).trim(),
+                done.status
             );
         }
-        Ok(output.stdout)
+        Ok(done.stdout)
+    }
+
+    /// An error of a bounded run, naming the command, the destination and,
+    /// past the deadline, how to change it.
+    fn overrun(&self, what: &str, error: anyhow::Error) -> anyhow::Error {
+        let hint = match error.downcast_ref::<Overrun>() {
+            Some(Overrun::Time(_)) => "; IMGBUILD_SSH_TIMEOUT sets the deadline in seconds",
+            _ => "",
+        };
+        anyhow::anyhow!("{what} on {}: {error:#}{hint}", self.target)
+    }
+
+    /// ssh's own failure (255), or a root that is a link.
+    fn check_exit(&self, what: &str, status: std::process::ExitStatus, stderr: &[u8]) -> Result<()> {
+        match status.code() {
+            Some(255) => bail!("{what}: {}", self.connection_error(stderr)),
+            Some(ROOT_IS_LINK) => bail!(
+                "{what}: {} on {} is a symlink; publish never writes through a link",
+                self.target.path,
+                self.target.destination()
+            ),
+            _ => Ok(()),
+        }
     }
 
     fn connection_error(&self, stderr: &[u8]) -> String {
@@ -365,24 +443,10 @@ impl SshDir {
         format!("ssh to {} failed: {text}{hint}", self.target.destination())
     }
 
-    fn listing(&self) -> Result<std::cell::RefMut<'_, HashSet<PathBuf>>> {
-        let mut listing = self.listing.borrow_mut();
-        if listing.is_none() {
-            let out = self.run_ok("listing objects and deltas", LISTING, &[], b"")?;
-            *listing = Some(
-                String::from_utf8_lossy(&out)
-                    .lines()
-                    .filter(|l| !l.is_empty())
-                    .map(PathBuf::from)
-                    .collect(),
-            );
-        }
-        Ok(std::cell::RefMut::map(listing, |l| l.as_mut().expect("filled")))
-    }
-
     fn rel_text(rel: &Path) -> Result<String> {
         let text = rel.to_str().context("a path that is not UTF-8")?;
         if rel.is_absolute()
+            || text.contains('\n')
             || rel
                 .components()
                 .any(|c| !matches!(c, std::path::Component::Normal(_)))
@@ -392,36 +456,45 @@ impl SshDir {
         Ok(text.to_string())
     }
 
-    /// Sends the queued files as one tar stream.
-    fn send_batch(&self, files: &[(PathBuf, PathBuf)]) -> Result<()> {
+    /// The sha256 of each of `rels` that is a regular file on the server.
+    fn hashes(&self, rels: &[&Path]) -> Result<HashMap<PathBuf, String>> {
+        let mut list = String::new();
+        for rel in rels {
+            list.push_str(&Self::rel_text(rel)?);
+            list.push('\n');
+        }
+        // A line per path: 64 hex digits, two spaces, the path.
+        let answer = list.len() as u64 + 67 * rels.len() as u64;
+        let out = self.run_ok("hashing files", HASHES, &[], list.as_bytes(), answer)?;
+        Ok(String::from_utf8_lossy(&out)
+            .lines()
+            .filter_map(|line| line.split_once("  "))
+            .filter(|(hash, _)| crate::io::hashing::is_sha256_hex(hash))
+            .map(|(hash, path)| (PathBuf::from(path), hash.to_string()))
+            .collect())
+    }
+
+    /// Sends the queued files as one tar stream, within the deadline plus
+    /// the time for `bytes` at the slowest rate allowed.
+    fn send_batch(&self, files: Vec<(PathBuf, PathBuf)>, bytes: u64) -> Result<()> {
+        let what = format!("sending {} file(s)", files.len());
         let mut ssh = self.command(BATCH, &[])?;
-        let stderr = tempfile::tempfile().context("creating a temp file for ssh's errors")?;
-        ssh.stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(stderr.try_clone()?);
-        let mut child = ssh.spawn().context("starting ssh")?;
-        let sent = write_tar(child.stdin.take().expect("piped"), files);
-        let status = child.wait().context("waiting for ssh")?;
-        let mut message = Vec::new();
-        let mut stderr = stderr;
-        std::io::Seek::rewind(&mut stderr)?;
-        stderr.read_to_end(&mut message)?;
-        if status.code() == Some(255) {
+        let limits = Limits {
+            deadline: self.deadline + Duration::from_secs(bytes / SLOWEST_BYTES_PER_SECOND),
+            stdout_bytes: SHORT_ANSWER,
+        };
+        let done = bounded::run(&mut ssh, move |stdin| write_tar(stdin, &files), limits)
+            .map_err(|e| self.overrun(&what, e))?;
+        self.check_exit(&what, done.status, &done.stderr)?;
+        if !done.status.success() {
             bail!(
-                "sending {} file(s): {}",
-                files.len(),
-                self.connection_error(&message)
-            );
-        }
-        if !status.success() {
-            bail!(
-                "sending {} file(s) to {}: {} ({status})",
-                files.len(),
+                "{what} to {}: {} ({})",
                 self.target,
-                String::from_utf8_lossy(&message).trim()
+                String::from_utf8_lossy(&done.stderr).trim(),
+                done.status
             );
         }
-        sent.context("writing the tar stream to ssh")
+        done.fed.context("writing the tar stream to ssh")
     }
 }
 
@@ -442,12 +515,14 @@ fn write_tar(sink: ChildStdin, files: &[(PathBuf, PathBuf)]) -> Result<()> {
 struct RemoteLock {
     child: Child,
     stdin: Option<ChildStdin>,
+    deadline: Duration,
 }
 
 impl Drop for RemoteLock {
+    /// Closing stdin ends the session; a server that does not end it is cut.
     fn drop(&mut self) {
         drop(self.stdin.take());
-        let _ = self.child.wait();
+        let _ = bounded::finish_within(&mut self.child, self.deadline);
     }
 }
 
@@ -457,12 +532,23 @@ impl Transport for SshDir {
     }
 
     fn ensure_repo(&self) -> Result<()> {
-        self.run_ok("making the remote repo", ENSURE_REPO, &[], b"")?;
+        let dirs = REPO_DIRS.join(" ");
+        let mut args = vec![REPO_CONFIG, dirs.as_str()];
+        for path in super::written_paths() {
+            args.push(path);
+        }
+        self.run_ok("making the remote repo", ENSURE_REPO, &args, b"", SHORT_ANSWER)?;
         Ok(())
     }
 
     fn ensure_root(&self) -> Result<()> {
-        self.run_ok("making the remote directory", "cd_root \"$1\"", &[], b"")?;
+        self.run_ok(
+            "making the remote directory",
+            "cd_root \"$1\"",
+            &[],
+            b"",
+            SHORT_ANSWER,
+        )?;
         Ok(())
     }
 
@@ -473,48 +559,53 @@ impl Transport for SshDir {
             .stderr(Stdio::inherit());
         let mut child = ssh.spawn().context("starting ssh")?;
         let stdin = child.stdin.take();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("piped"))
-            .read_line(&mut line)
-            .context("waiting for the remote lock")?;
+        let what = format!("waiting for the lock {LOCK_FILE}");
+        let line = bounded::first_line(&mut child, 64, self.deadline).map_err(|e| self.overrun(&what, e))?;
         if line.trim() != "locked" {
-            let status = child.wait()?;
+            drop(stdin);
+            let status = bounded::finish_within(&mut child, self.deadline)?;
+            self.check_exit(&what, status, b"(ssh's message is above)")?;
             bail!(
                 "could not lock {} on {} ({status}; ssh's message is above)",
                 LOCK_FILE,
                 self.target
             );
         }
-        Ok(Box::new(RemoteLock { child, stdin }))
+        Ok(Box::new(RemoteLock {
+            child,
+            stdin,
+            deadline: self.deadline,
+        }))
     }
 
     fn remove_stale_temps(&self) -> Result<usize> {
-        let out = self.run_ok("removing stale temp files", STALE, &[TEMP_PREFIX], b"")?;
-        *self.listing.borrow_mut() = None;
+        let out = self.run_ok(
+            "removing stale temp files",
+            STALE,
+            &[TEMP_PREFIX],
+            b"",
+            SHORT_ANSWER,
+        )?;
         Ok(String::from_utf8_lossy(&out)
             .lines()
             .filter(|l| !l.is_empty())
             .count())
     }
 
-    fn exists(&self, rel: &Path) -> Result<bool> {
-        if rel.starts_with("objects") || rel.starts_with("deltas") {
-            return Ok(self.listing()?.contains(rel));
-        }
-        let rel = Self::rel_text(rel)?;
-        let output = self.run(
-            "checking a file",
-            "cd -- \"$1\" 2>/dev/null && { [ -e \"$2\" ] || [ -L \"$2\" ]; }",
-            &[&rel],
-            b"",
-        )?;
-        Ok(output.status.success())
+    fn holding(&self, files: &[(PathBuf, PathBuf)]) -> Result<HashSet<PathBuf>> {
+        super::held(files, &self.known, |rels| self.hashes(rels))
     }
 
     fn read(&self, rel: &Path) -> Result<Option<Vec<u8>>> {
         let text = Self::rel_text(rel)?;
         let limit = (READ_LIMIT + 1).to_string();
-        let output = self.run(&format!("reading {text}"), READ, &[&text, &limit], b"")?;
+        let output = self.run(
+            &format!("reading {text}"),
+            READ,
+            &[&text, &limit],
+            b"",
+            READ_LIMIT + 1,
+        )?;
         match output.status.code() {
             Some(0) if output.stdout.len() as u64 > READ_LIMIT => {
                 bail!("{text} on {} is larger than {READ_LIMIT} bytes", self.target)
@@ -538,10 +629,8 @@ impl Transport for SshDir {
     fn put(&self, rel: &Path, data: &[u8]) -> Result<()> {
         self.flush()?;
         let text = Self::rel_text(rel)?;
-        self.run_ok(&format!("writing {text}"), PUT, &[&text], data)?;
-        if let Some(listing) = self.listing.borrow_mut().as_mut() {
-            listing.insert(rel.to_path_buf());
-        }
+        self.run_ok(&format!("writing {text}"), PUT, &[&text], data, SHORT_ANSWER)?;
+        self.known.borrow_mut().insert(rel.to_path_buf());
         Ok(())
     }
 
@@ -558,9 +647,7 @@ impl Transport for SshDir {
             .borrow_mut()
             .push((rel.to_path_buf(), source.to_path_buf()));
         self.queued_bytes.set(self.queued_bytes.get() + size);
-        if let Some(listing) = self.listing.borrow_mut().as_mut() {
-            listing.insert(rel.to_path_buf());
-        }
+        self.known.borrow_mut().insert(rel.to_path_buf());
         if self.queued_bytes.get() >= self.batch_bytes {
             self.flush()?;
         }
@@ -569,13 +656,13 @@ impl Transport for SshDir {
 
     fn flush(&self) -> Result<()> {
         let files = std::mem::take(&mut *self.queue.borrow_mut());
-        self.queued_bytes.set(0);
+        let bytes = self.queued_bytes.replace(0);
         if files.is_empty() {
             return Ok(());
         }
-        self.send_batch(&files).inspect_err(|_| {
+        self.send_batch(files, bytes).inspect_err(|_| {
             // What is on the server is no longer known.
-            *self.listing.borrow_mut() = None;
+            self.known.borrow_mut().clear();
         })
     }
 
@@ -584,13 +671,12 @@ impl Transport for SshDir {
         let text = Self::rel_text(rel)?;
         self.run_ok(
             &format!("removing {text}"),
-            "cd -- \"$1\" && rm -f -- \"$2\"",
+            "enter_root \"$1\" && rm -f -- \"$2\"",
             &[&text],
             b"",
+            SHORT_ANSWER,
         )?;
-        if let Some(listing) = self.listing.borrow_mut().as_mut() {
-            listing.remove(rel);
-        }
+        self.known.borrow_mut().remove(rel);
         Ok(())
     }
 
@@ -598,7 +684,13 @@ impl Transport for SshDir {
     /// copied into a scratch repo here (no ostree needed on the server).
     fn generate_summary(&self) -> Result<Vec<u8>> {
         self.flush()?;
-        let tar = self.run_ok("reading the summary's inputs", SUMMARY_INPUTS, &[], b"")?;
+        let tar = self.run_ok(
+            "reading the summary's inputs",
+            SUMMARY_INPUTS,
+            &[],
+            b"",
+            SUMMARY_ANSWER,
+        )?;
         let scratch = tempfile::Builder::new()
             .prefix("imgbuild-summary-")
             .tempdir()
@@ -606,20 +698,7 @@ impl Transport for SshDir {
         let repo = scratch.path().join("repo");
         crate::io::extract::extract_reader(&tar[..], &repo, Default::default())
             .context("unpacking the summary's inputs")?;
-        for dir in [
-            "objects",
-            "refs/heads",
-            "refs/remotes",
-            "refs/mirrors",
-            "deltas",
-            "tmp",
-            "state",
-        ] {
-            std::fs::create_dir_all(repo.join(dir))?;
-        }
-        let summary_scratch = scratch.path().join("scratch");
-        std::fs::create_dir(&summary_scratch)?;
-        crate::ostree::generate_summary(&repo, &summary_scratch)
+        super::summary_of_inputs(&repo, &self.describe())
     }
 }
 

@@ -708,3 +708,113 @@ pub fn device_binary() -> PathBuf {
     imgbuild::stages::rootfs::find_device_tool()
         .unwrap_or_else(|e| panic!("{e:#} (or run `cargo build -p emberrtos-device` first)"))
 }
+
+impl GpgKey {
+    /// Signs `file` with this key: an armored detached signature at
+    /// `<file>.sig`, as `imgbuild cache push --gpg-key` writes one.
+    pub fn sign_file(&self, file: &Path) {
+        let signature = PathBuf::from(format!("{}.sig", file.display()));
+        let _ = std::fs::remove_file(&signature);
+        gpg_in(
+            self.home.path(),
+            &[
+                "--armor",
+                "--local-user",
+                &self.fingerprint,
+                "--output",
+                signature.to_str().unwrap(),
+                "--detach-sign",
+                file.to_str().unwrap(),
+            ],
+        );
+    }
+}
+
+/// [`StaticServer`]'s files, except that a `.tar` body trickles out one
+/// byte every `interval` (its full length announced): a server that would
+/// hold a download forever.
+pub struct TricklingServer {
+    pub url: String,
+}
+
+impl TricklingServer {
+    pub fn start(root: &Path, interval: std::time::Duration) -> TricklingServer {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let root = root.to_path_buf();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let root = root.clone();
+                std::thread::spawn(move || {
+                    let mut head = [0u8; 512];
+                    let n = stream.peek(&mut head).unwrap_or(0);
+                    let line = String::from_utf8_lossy(&head[..n]).into_owned();
+                    let path = line.split_whitespace().nth(1).unwrap_or("/").to_string();
+                    match std::fs::read(root.join(path.trim_start_matches('/'))) {
+                        Ok(body) if path.ends_with(".tar") && !path.contains("..") => {
+                            trickle(stream, &body, interval)
+                        }
+                        _ => serve_file(stream, &root, &Mutex::new(Vec::new())),
+                    }
+                });
+            }
+        });
+        TricklingServer { url }
+    }
+}
+
+fn trickle(mut stream: TcpStream, body: &[u8], interval: std::time::Duration) {
+    let head = format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    if stream.write_all(head.as_bytes()).is_err() {
+        return;
+    }
+    for byte in body {
+        std::thread::sleep(interval);
+        if stream.write_all(&[*byte]).and_then(|()| stream.flush()).is_err() {
+            return;
+        }
+    }
+}
+
+/// A stand-in kernel tree whose Makefile has the targets imgbuild runs and
+/// builds nothing real (a `bzImage` of text), and a `standard` recipe
+/// building it: the kernel stage in a second, `make` visible in its log.
+pub fn standin_kernel_recipe(dir: &Path) -> PathBuf {
+    const MAKEFILE: &str = "# Stand-in kernel tree: the targets imgbuild runs.\n\
+.PHONY: tinyconfig olddefconfig bzImage\n\
+tinyconfig:\n\tprintf 'CONFIG_STANDIN=y\\n' > $(O)/.config\n\
+olddefconfig:\n\t@true\n\
+bzImage:\n\t@mkdir -p $(O)/arch/x86/boot $(O)/include/config\n\
+\techo '  LD      arch/x86/boot/bzImage'\n\
+\tprintf 'stand-in kernel built by make\\n' > $(O)/arch/x86/boot/bzImage\n\
+\techo 6.12.0-standin > $(O)/include/config/kernel.release\n\
+\ttouch $(O)/System.map\n";
+    let tree = dir.join("linux-standin");
+    std::fs::create_dir_all(&tree).unwrap();
+    std::fs::write(tree.join("Makefile"), MAKEFILE).unwrap();
+    let tarball = dir.join("linux-standin.tar");
+    let status = Command::new("tar")
+        .arg("-C")
+        .arg(dir)
+        .args(["--sort=name", "--mtime=@0", "--owner=0", "--group=0", "-cf"])
+        .arg(&tarball)
+        .arg("linux-standin")
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let sha = sha256_hex(&std::fs::read(&tarball).unwrap());
+    std::fs::write(dir.join("standin.config"), "CONFIG_STANDIN=y\n").unwrap();
+    let recipe = dir.join("standin.yaml");
+    std::fs::write(
+        &recipe,
+        format!(
+            "name: standin\nversion: \"1\"\nflavor: standard\nkernel:\n  source: {{ path: linux-standin.tar, sha256: {sha} }}\n  base: tinyconfig\n  fragments: [standin.config]\nrootfs:\n  base: {{ debian: bookworm }}\nostree: {{ ref: standin/x86_64/standard }}\n"
+        ),
+    )
+    .unwrap();
+    recipe
+}

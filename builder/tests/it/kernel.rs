@@ -424,3 +424,316 @@ mod cache_and_lock {
         fetch().assert().code(0);
     }
 }
+
+/// The shared cache (`cache push --gpg-key`, `--cache-remote` with
+/// `--cache-remote-key`) on a stand-in kernel tree, served by real HTTP
+/// servers on 127.0.0.1.
+mod shared_cache {
+    use std::path::Path;
+    use std::time::{Duration, Instant};
+
+    use super::common::{GpgKey, StaticServer, TricklingServer, files_under, standin_kernel_recipe, text};
+    use super::imgbuild;
+    use imgbuild::cache::Cache;
+    use imgbuild::cache::download::{FetchOptions, Pace, TooSlow};
+    use imgbuild::cache::remote::{self, RemoteCache, Trust};
+    use imgbuild::ui::Ui;
+
+    /// `imgbuild --json recipe RECIPE --until kernel` in `run/work` and
+    /// `run/cache` with `args`: the output, the kernel stage's output and stderr.
+    fn build_kernel(
+        recipe: &Path,
+        run: &Path,
+        args: &[&str],
+    ) -> (std::process::Output, serde_json::Value, String) {
+        let mut cmd = imgbuild();
+        cmd.args(["--json", "recipe"])
+            .arg(recipe)
+            .args(["--until", "kernel", "--work-dir"])
+            .arg(run.join("work"))
+            .arg("--cache-dir")
+            .arg(run.join("cache"))
+            .args(args);
+        for var in [
+            remote::URL_VAR,
+            remote::KEY_VAR,
+            remote::INSECURE_VAR,
+            "DISTCC_HOSTS",
+            "IMGBUILD_CCACHE",
+            "IMGBUILD_JOBS",
+        ] {
+            cmd.env_remove(var);
+        }
+        let output = cmd.output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        let kernel = serde_json::from_slice::<serde_json::Value>(&output.stdout)
+            .ok()
+            .and_then(|report| {
+                let stages = report["stages"].as_array()?.clone();
+                stages.into_iter().find(|s| s["stage"] == "kernel")
+            })
+            .map(|stage| stage["output"].clone())
+            .unwrap_or_default();
+        (output, kernel, stderr)
+    }
+
+    /// `imgbuild cache push DEST --cache-dir CACHE`, signed by `key` when
+    /// given, else `--unsigned`.
+    fn push(cache: &Path, dest: &Path, key: Option<&GpgKey>) -> String {
+        let mut cmd = imgbuild();
+        cmd.args(["cache", "push"])
+            .arg(dest)
+            .arg("--cache-dir")
+            .arg(cache);
+        match key {
+            Some(key) => cmd
+                .args(["--gpg-key", &key.fingerprint, "--gpg-homedir"])
+                .arg(key.home.path()),
+            None => cmd.arg("--unsigned"),
+        };
+        let output = cmd.output().unwrap();
+        assert!(output.status.success(), "{}", text(&output));
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// Runner A: the stand-in kernel built with make; its kernel output.
+    fn runner_a(dir: &Path) -> (std::path::PathBuf, serde_json::Value) {
+        let recipe = standin_kernel_recipe(dir);
+        let (output, kernel, _) = build_kernel(&recipe, &dir.join("a"), &[]);
+        assert!(output.status.success(), "{}", text(&output));
+        assert!(dir.join("a/work/kernel/build.log").is_file(), "make did not run");
+        (recipe, kernel)
+    }
+
+    fn tar_requests(server: &StaticServer) -> Vec<(String, u64)> {
+        server
+            .requests()
+            .into_iter()
+            .filter(|(path, _)| path.ends_with(".tar"))
+            .collect()
+    }
+
+    #[test]
+    fn forged_kernel_entries_signed_by_another_key_or_unsigned_are_refused_and_make_builds() {
+        let dir = tempfile::tempdir().unwrap();
+        let (recipe, a) = runner_a(dir.path());
+        let key = a["key"].as_str().unwrap();
+        let (publisher, attacker) = (GpgKey::generate("publisher"), GpgKey::generate("attacker"));
+
+        // The attacker's cache: A's kernel with its own bzImage, made
+        // self-consistent (build.json names the new hash), pushed and signed
+        // with the attacker's key: entry, archive and sha256 all agree.
+        let forged_cache = dir.path().join("forged-cache");
+        let copied = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(dir.path().join("a/cache"))
+            .arg(&forged_cache)
+            .status()
+            .unwrap();
+        assert!(copied.success());
+        let artifact = forged_cache.join("kernels").join(key);
+        let evil = b"attacker's vmlinuz".to_vec();
+        std::fs::write(artifact.join("bzImage"), &evil).unwrap();
+        let build_json = artifact.join("build.json");
+        let mut build: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&build_json).unwrap()).unwrap();
+        build["bzimage-sha256"] = imgbuild::io::hashing::sha256_hex(&evil).into();
+        std::fs::write(&build_json, serde_json::to_vec(&build).unwrap()).unwrap();
+        let forged = dir.path().join("forged");
+        assert!(push(&forged_cache, &forged, Some(&attacker)).contains("pushed 1 entry"));
+        let entry = forged.join(format!("kernels/{key}.json"));
+        assert!(std::path::PathBuf::from(format!("{}.sig", entry.display())).is_file());
+
+        let server = StaticServer::start(&forged);
+        let pinned = publisher.public.to_str().unwrap();
+        let args = ["--cache-remote", &server.url, "--cache-remote-key", pinned];
+        let (output, b, stderr) = build_kernel(&recipe, &dir.path().join("b"), &args);
+        assert!(output.status.success(), "{}", text(&output));
+        assert!(
+            stderr.contains("was not used")
+                && stderr.contains("is not a good signature by the key pinned with --cache-remote-key"),
+            "{stderr}"
+        );
+        assert!(stderr.contains("cache miss: building kernel"), "{stderr}");
+        assert!(
+            dir.path().join("b/work/kernel/build.log").is_file(),
+            "make did not run"
+        );
+        assert_eq!(
+            b["bzimage-sha256"], a["bzimage-sha256"],
+            "the forged kernel was used"
+        );
+        assert_eq!(tar_requests(&server), vec![], "the forged archive was downloaded");
+
+        // Unsigned: refused the same way.
+        std::fs::remove_file(format!("{}.sig", entry.display())).unwrap();
+        let (output, c, stderr) = build_kernel(&recipe, &dir.path().join("c"), &args);
+        assert!(output.status.success(), "{}", text(&output));
+        assert!(stderr.contains("has no signature"), "{stderr}");
+        assert!(
+            dir.path().join("c/work/kernel/build.log").is_file(),
+            "make did not run"
+        );
+        assert_eq!(c["bzimage-sha256"], a["bzimage-sha256"]);
+        assert_eq!(tar_requests(&server), vec![]);
+    }
+
+    #[test]
+    fn runner_b_takes_a_kernel_signed_by_the_pinned_key_without_make() {
+        let dir = tempfile::tempdir().unwrap();
+        let (recipe, a) = runner_a(dir.path());
+        let key = a["key"].as_str().unwrap();
+        let publisher = GpgKey::generate("publisher");
+        let remote_dir = dir.path().join("remote");
+        let pushed = push(&dir.path().join("a/cache"), &remote_dir, Some(&publisher));
+        assert!(pushed.contains("pushed 1 entry"), "{pushed}");
+        let entry: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(remote_dir.join(format!("kernels/{key}.json"))).unwrap())
+                .unwrap();
+        assert_eq!(
+            (entry["format"].as_u64(), entry["area"].as_str()),
+            (Some(2), Some("kernels"))
+        );
+        let inputs = serde_json::from_value(entry["inputs"].clone()).unwrap();
+        assert_eq!(
+            imgbuild::stage::Key { inputs }.digest(),
+            key,
+            "the inputs are the key's"
+        );
+        let again = push(&dir.path().join("a/cache"), &remote_dir, Some(&publisher));
+        assert!(again.contains("1 already there"), "{again}");
+
+        let server = StaticServer::start(&remote_dir);
+        let pinned = publisher.public.to_str().unwrap();
+        // No pinned key: refused at once, naming the flag.
+        let (output, _, stderr) = build_kernel(
+            &recipe,
+            &dir.path().join("none"),
+            &["--cache-remote", &server.url],
+        );
+        assert_eq!(output.status.code(), Some(2), "{}", text(&output));
+        assert!(
+            stderr.contains("--cache-remote-key") && stderr.contains("http://"),
+            "{stderr}"
+        );
+        assert!(!dir.path().join("none/work/kernel").exists(), "something ran");
+
+        let args = ["--cache-remote", &server.url, "--cache-remote-key", pinned];
+        let (output, b, stderr) = build_kernel(&recipe, &dir.path().join("b"), &args);
+        assert!(output.status.success(), "{}", text(&output));
+        assert!(
+            stderr.contains("signature verified")
+                && stderr.contains("from the cache remote (sha256 verified; make not run)"),
+            "{stderr}"
+        );
+        assert_eq!(
+            (&b["key"], &b["bzimage-sha256"]),
+            (&a["key"], &a["bzimage-sha256"])
+        );
+        assert!(
+            !dir.path().join("b/work/kernel/build.log").exists(),
+            "runner B ran make"
+        );
+        assert_eq!(tar_requests(&server).len(), 1);
+
+        // Cut short on the remote: refused after the download, and make builds.
+        let archive = remote_dir.join(format!("kernels/{key}.tar"));
+        let full = std::fs::read(&archive).unwrap();
+        std::fs::write(&archive, &full[..full.len() / 2]).unwrap();
+        let (output, c, stderr) = build_kernel(&recipe, &dir.path().join("c"), &args);
+        assert!(output.status.success(), "{}", text(&output));
+        assert!(
+            stderr.contains("was not used") && stderr.contains("cache miss: building kernel"),
+            "{stderr}"
+        );
+        assert_eq!(c["bzimage-sha256"], a["bzimage-sha256"]);
+        assert!(
+            files_under(&dir.path().join("c/cache/tmp")).is_empty(),
+            "a partial download stayed"
+        );
+
+        // A remote without the entry: a note, and a build.
+        let empty = tempfile::tempdir().unwrap();
+        let url = format!("file://{}", empty.path().display());
+        let args = ["--cache-remote", &url, "--cache-remote-key", pinned];
+        let (output, _, stderr) = build_kernel(&recipe, &dir.path().join("d"), &args);
+        assert!(output.status.success(), "{}", text(&output));
+        assert!(stderr.contains("not on the cache remote: kernels/"), "{stderr}");
+    }
+
+    #[test]
+    fn a_trickling_remote_is_abandoned_within_the_deadline() {
+        let dir = tempfile::tempdir().unwrap();
+        let publisher = GpgKey::generate("publisher");
+        let key = "ab".repeat(32);
+        let archive = vec![7u8; 4096];
+        let root = dir.path().join("remote");
+        std::fs::create_dir_all(root.join("kernels")).unwrap();
+        std::fs::write(root.join(remote::archive_path(remote::KERNELS, &key)), &archive).unwrap();
+        let entry = remote::Entry {
+            format: remote::ENTRY_FORMAT,
+            area: remote::KERNELS.into(),
+            key: key.clone(),
+            sha256: imgbuild::io::hashing::sha256_hex(&archive),
+            size: archive.len() as u64,
+            describe: "a kernel that trickles".into(),
+            inputs: Default::default(),
+        };
+        let entry_file = root.join(remote::entry_path(remote::KERNELS, &key));
+        std::fs::write(&entry_file, entry.signed_bytes().unwrap()).unwrap();
+        publisher.sign_file(&entry_file);
+        // One byte every 100 ms, for ever (4096 bytes: 7 minutes).
+        let server = TricklingServer::start(&root, Duration::from_millis(100));
+        let options = FetchOptions {
+            attempts: 3,
+            backoff: Duration::from_millis(100),
+            connect_timeout: Duration::from_secs(5),
+            read_timeout: Duration::from_secs(5),
+            max_bytes: None,
+        };
+        let trickle = Pace {
+            deadline: Duration::from_secs(20),
+            min_bytes: 100,
+            window: Duration::from_secs(1),
+        };
+        // Fast enough for the rate, never done within the deadline.
+        let slow = Pace {
+            deadline: Duration::from_secs(2),
+            min_bytes: 1,
+            window: Duration::from_millis(500),
+        };
+        for (pace, limit) in [(trickle, Duration::from_secs(8)), (slow, Duration::from_secs(4))] {
+            let trust = Trust::pinned(&publisher.public).unwrap();
+            let remote = RemoteCache::parse(&server.url, "--cache-remote", trust)
+                .unwrap()
+                .with_fetch_options(options.clone())
+                .with_pace(pace.clone());
+            let cache = Cache::open(&dir.path().join("cache"))
+                .unwrap()
+                .with_remote(Some(remote));
+            let started = Instant::now();
+            let err = cache
+                .remote()
+                .unwrap()
+                .fetch_archive(&cache, remote::KERNELS, &key, &Ui::plain())
+                .unwrap_err();
+            let took = started.elapsed();
+            let slow = err.chain().find_map(|e| e.downcast_ref::<TooSlow>()).cloned();
+            match slow {
+                Some(TooSlow::Trickle { .. }) => assert_eq!(pace.min_bytes, 100, "{err:#}"),
+                Some(TooSlow::Deadline(_)) => assert_eq!(pace.min_bytes, 1, "{err:#}"),
+                None => panic!("not abandoned for its pace: {err:#}"),
+            }
+            assert!(took < limit, "{pace:?}: abandoned after {took:?}");
+            assert!(
+                took >= pace.window.min(pace.deadline),
+                "{pace:?}: gave up at once ({took:?})"
+            );
+            // Through `take`, as the kernel stage asks: nothing used, nothing kept.
+            let used = remote::take(&cache, remote::KERNELS, &key, &Ui::plain(), |_| Ok(()));
+            assert!(used.is_none());
+            assert!(files_under(&cache.root().join("blobs")).is_empty());
+            assert!(files_under(&cache.root().join("tmp")).is_empty());
+        }
+    }
+}

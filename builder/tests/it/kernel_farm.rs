@@ -339,7 +339,7 @@ fn runner_b_takes_the_kernel_from_the_remote_without_make_and_refuses_a_truncate
     let remote = dir.path().join("remote");
     let pushed = cache_ok(
         &dir.path().join("a/cache"),
-        &["cache", "push", remote.to_str().unwrap()],
+        &["cache", "push", "--unsigned", remote.to_str().unwrap()],
     );
     assert!(pushed.contains("pushed 1 entry"), "{pushed}");
     let key = a["key"].as_str().unwrap();
@@ -351,7 +351,7 @@ fn runner_b_takes_the_kernel_from_the_remote_without_make_and_refuses_a_truncate
     // A second push finds it there.
     let again = cache_ok(
         &dir.path().join("a/cache"),
-        &["cache", "push", remote.to_str().unwrap()],
+        &["cache", "push", "--unsigned", remote.to_str().unwrap()],
     );
     assert!(
         again.contains("pushed 0 entries") && again.contains("1 already there"),
@@ -359,7 +359,11 @@ fn runner_b_takes_the_kernel_from_the_remote_without_make_and_refuses_a_truncate
     );
 
     let server = common::StaticServer::start(&remote);
-    let (b, stderr) = build_kernel(&recipe, &dir.path().join("b"), &["--cache-remote", &server.url]);
+    let (b, stderr) = build_kernel(
+        &recipe,
+        &dir.path().join("b"),
+        &["--cache-remote", &server.url, "--cache-remote-insecure"],
+    );
     assert!(
         stderr.contains("from the cache remote (sha256 verified; make not run)"),
         "{stderr}"
@@ -380,7 +384,11 @@ fn runner_b_takes_the_kernel_from_the_remote_without_make_and_refuses_a_truncate
     // Cut short on the remote: refused, and runner C builds.
     let full = std::fs::read(&archive).unwrap();
     std::fs::write(&archive, &full[..full.len() / 2]).unwrap();
-    let (c, stderr) = build_kernel(&recipe, &dir.path().join("c"), &["--cache-remote", &server.url]);
+    let (c, stderr) = build_kernel(
+        &recipe,
+        &dir.path().join("c"),
+        &["--cache-remote", &server.url, "--cache-remote-insecure"],
+    );
     assert!(stderr.contains("was not used"), "{stderr}");
     assert!(stderr.contains("cache miss: building kernel"), "{stderr}");
     assert!(objects_under(&dir.path().join("c")) > 0, "runner C did not build");
@@ -403,7 +411,11 @@ fn runner_b_takes_the_kernel_from_the_remote_without_make_and_refuses_a_truncate
     let (_, stderr) = build_kernel(
         &recipe,
         &dir.path().join("d"),
-        &["--cache-remote", &format!("file://{}", empty.path().display())],
+        &[
+            "--cache-remote",
+            &format!("file://{}", empty.path().display()),
+            "--cache-remote-insecure",
+        ],
     );
     assert!(stderr.contains("not on the cache remote: kernels/"), "{stderr}");
 }
@@ -420,7 +432,7 @@ fn cache_push_over_ssh_then_ls_and_gc_by_age_and_size() {
     let remote = dir.path().join("srv/cache");
     let out = BinCommand::cargo_bin("imgbuild")
         .unwrap()
-        .args(["cache", "push", &sshd.url(&remote), "--cache-dir"])
+        .args(["cache", "push", "--unsigned", &sshd.url(&remote), "--cache-dir"])
         .arg(&cache)
         .env("IMGBUILD_SSH_CONFIG", &sshd.config)
         .output()

@@ -147,9 +147,7 @@ fn do_publish(
 ) -> anyhow::Result<PublishReport> {
     publish(
         repo,
-        &LocalDir {
-            root: remote.to_path_buf(),
-        },
+        &LocalDir::new(remote),
         &PublishOptions {
             refs: vec![REF.into()],
             gpg_key: Some(&key.fingerprint),
@@ -158,6 +156,7 @@ fn do_publish(
             delta_from_empty: false,
             depth: 5,
             force: false,
+            prune_unsigned_refs: false,
             after_phase: after,
         },
         &Ui::plain(),
@@ -610,7 +609,7 @@ fn refuses_rt_without_evidence_and_old_versions() {
     );
     let forced = publish(
         repo,
-        &LocalDir { root: remote.clone() },
+        &LocalDir::new(remote),
         &PublishOptions {
             refs: vec![],
             gpg_key: Some(&key.fingerprint),
@@ -619,6 +618,7 @@ fn refuses_rt_without_evidence_and_old_versions() {
             delta_from_empty: true,
             depth: 5,
             force: true,
+            prune_unsigned_refs: false,
             after_phase: &ok,
         },
         &Ui::plain(),
@@ -696,9 +696,7 @@ fn earlier_commits_are_published_and_pulled_by_checksum_up_to_depth() {
     let publish_to = |to: &Path, depth: usize| {
         publish(
             &f.repo,
-            &LocalDir {
-                root: to.to_path_buf(),
-            },
+            &LocalDir::new(to),
             &PublishOptions {
                 refs: vec![REF.into()],
                 gpg_key: Some(&key.fingerprint),
@@ -707,6 +705,7 @@ fn earlier_commits_are_published_and_pulled_by_checksum_up_to_depth() {
                 delta_from_empty: false,
                 depth,
                 force: false,
+                prune_unsigned_refs: false,
                 after_phase: &ok,
             },
             &Ui::plain(),
@@ -1000,6 +999,7 @@ fn publish_through(f: &Fixture, transport: &dyn Transport) -> anyhow::Result<Pub
             delta_from_empty: false,
             depth: 5,
             force: false,
+            prune_unsigned_refs: false,
             after_phase: &ok,
         },
         &Ui::plain(),
@@ -1190,4 +1190,270 @@ fn kill_9_of_an_ssh_publish_mid_objects_keeps_v1_pulling_and_a_rerun_completes()
         run(&mut ostree(&["rev-parse", &arg, &format!("origin:{REF}")])).trim(),
         v2
     );
+}
+
+/// Publishes the fixture's ref to its local remote, signed, removing the
+/// refs it serves unsigned when `prune`.
+fn publish_pruning(
+    f: &Fixture,
+    prune: bool,
+    after: &dyn Fn(Phase) -> anyhow::Result<()>,
+) -> anyhow::Result<PublishReport> {
+    publish(
+        &f.repo,
+        &LocalDir::new(&f.remote),
+        &PublishOptions {
+            refs: vec![REF.into()],
+            gpg_key: Some(&f.key.fingerprint),
+            gpg_homedir: Some(f.key.home.path()),
+            deltas: 2,
+            delta_from_empty: false,
+            depth: 5,
+            force: false,
+            prune_unsigned_refs: prune,
+            after_phase: after,
+        },
+        &Ui::plain(),
+    )
+}
+
+/// The names in `dir`, sorted.
+fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// The regular files under `root` whose bytes hold `needle`.
+fn files_holding(root: &Path, needle: &[u8]) -> Vec<PathBuf> {
+    walkdir::WalkDir::new(root)
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_file())
+        .filter(|e| {
+            std::fs::read(e.path())
+                .unwrap()
+                .windows(needle.len())
+                .any(|w| w == needle)
+        })
+        .map(|e| e.into_path())
+        .collect()
+}
+
+#[test]
+fn planted_links_at_a_local_destination_are_refused_before_anything_is_made() {
+    let f = Fixture::new();
+    let remote = &f.remote;
+    let v1 = f.build(1, "2026.11.1");
+    let outside = f.dir.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    let refused = |path: &Path| {
+        let err = format!("{:#}", f.publish(&ok).unwrap_err());
+        assert!(err.contains(&format!("{} is a symlink", path.display())), "{err}");
+        err
+    };
+
+    // The destination itself a link.
+    std::os::unix::fs::symlink(&outside, remote).unwrap();
+    refused(remote);
+    assert_eq!(
+        names(&outside),
+        Vec::<String>::new(),
+        "made through the root link"
+    );
+
+    // `refs` a link in a fresh destination: no repo creation runs through it.
+    std::fs::remove_file(remote).unwrap();
+    std::fs::create_dir(remote).unwrap();
+    std::os::unix::fs::symlink(&outside, remote.join("refs")).unwrap();
+    refused(&remote.join("refs"));
+    assert_eq!(names(&outside), Vec::<String>::new(), "made through refs");
+    assert_eq!(names(remote), ["refs"], "made before the link check");
+
+    // `config` a link to a host file: refused by its name, never copied or shown.
+    std::fs::remove_file(remote.join("refs")).unwrap();
+    f.publish(&ok).unwrap();
+    let secret = outside.join("shadow");
+    std::fs::write(&secret, "root:SECRET-FIRST-LINE:19000::::::\n").unwrap();
+    std::fs::remove_file(remote.join("config")).unwrap();
+    std::os::unix::fs::symlink(&secret, remote.join("config")).unwrap();
+    f.build(2, "2026.11.2");
+    let err = refused(&remote.join("config"));
+    assert!(
+        !err.contains("SECRET"),
+        "a planted file's content was shown: {err}"
+    );
+    assert_eq!(files_holding(remote, b"SECRET"), Vec::<PathBuf>::new());
+    assert_eq!(read(&remote.join("refs/heads").join(REF)).trim(), v1);
+}
+
+#[test]
+fn refs_planted_in_the_web_root_are_refused_or_pruned_and_never_signed() {
+    let f = Fixture::new();
+    let remote = &f.remote;
+    let v1 = f.build(1, "2026.11.1");
+    f.publish(&ok).unwrap();
+    // Unsigned commits made in the web root with their refs; one carries
+    // v1's signatures copied over (the right issuer, not a good signature).
+    let planted = f.dir.path().join("planted");
+    std::fs::create_dir(&planted).unwrap();
+    std::fs::write(planted.join("payload"), b"not from the publisher").unwrap();
+    let commit = |branch: &str| {
+        run(&mut ostree(&[
+            "commit",
+            &format!("--repo={}", remote.display()),
+            &format!("--branch={branch}"),
+            &format!("--tree=dir={}", planted.display()),
+        ]))
+        .trim()
+        .to_string()
+    };
+    let evil = commit("evil");
+    let copied = commit("copied-signature");
+    let meta = |c: &str| {
+        remote.join(imgbuild::commands::publish::object_path(
+            c,
+            ::ostree::ObjectType::CommitMeta,
+        ))
+    };
+    std::fs::copy(meta(&v1), meta(&copied)).unwrap();
+    let served = || {
+        (
+            std::fs::read(remote.join("summary")).unwrap(),
+            std::fs::read(remote.join("summary.sig")).unwrap(),
+        )
+    };
+    let before = served();
+
+    let v2 = f.build(2, "2026.11.2");
+    let err = f.publish(&ok).unwrap_err();
+    assert_eq!(exit_code(&err), exit::REFUSED, "{err:#}");
+    let message = format!("{err:#}");
+    for name in ["evil", "copied-signature", "--prune-unsigned-refs"] {
+        assert!(message.contains(name), "{name} not named: {message}");
+    }
+    assert!(served() == before, "the summary changed");
+    assert_eq!(read(&remote.join("refs/heads").join(REF)).trim(), v1);
+    assert!(
+        !remote.join(object_rel(&v2)).exists(),
+        "objects went out before the refusal"
+    );
+    assert_eq!(signatures(&f.repo, &v2), 1, "signed before the refusal");
+
+    // Asked to, publish removes them; the summary lists the publisher's ref only.
+    let report = publish_pruning(&f, true, &ok).unwrap();
+    let mut pruned = report.pruned_refs.clone();
+    pruned.sort();
+    assert_eq!(pruned, ["copied-signature", "evil"]);
+    assert!(!remote.join("refs/heads/evil").exists());
+    let summary = std::fs::read(remote.join("summary")).unwrap();
+    assert_eq!(
+        imgbuild::transport::trust::summary_refs(&summary).unwrap(),
+        vec![(REF.to_string(), v2.clone())]
+    );
+    let url = format!("file://{}", remote.display());
+    let arg = strict_client(f.dir.path(), "strict", &url, &f.key.public);
+    run(&mut ostree(&["pull", &arg, "origin", REF]));
+
+    // A ref planted while a publish runs: the summary that would list it is
+    // refused, and the signed one stays served.
+    let before = served();
+    f.build(3, "2026.11.3");
+    let plant = |phase: Phase| {
+        if phase == Phase::Refs {
+            std::fs::write(remote.join("refs/heads/late"), format!("{evil}\n")).unwrap();
+        }
+        Ok(())
+    };
+    let err = publish_pruning(&f, true, &plant).unwrap_err();
+    assert_eq!(exit_code(&err), exit::REFUSED, "{err:#}");
+    assert!(format!("{err:#}").contains("late"), "{err:#}");
+    assert!(served() == before, "a summary listing the planted ref was served");
+}
+
+#[test]
+fn objects_planted_at_the_destination_are_sent_again_not_trusted() {
+    let f = Fixture::new();
+    let sshd = Sshd::start(&f.dir.path().join("sshd"));
+    f.build(1, "2026.11.1");
+    let largest = walkdir::WalkDir::new(f.repo.join("objects"))
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|e| e.path().extension().is_some_and(|x| x == "filez"))
+        .max_by_key(|e| e.metadata().unwrap().len())
+        .unwrap();
+    let rel = largest.path().strip_prefix(&f.repo).unwrap().to_path_buf();
+    let genuine = std::fs::read(largest.path()).unwrap();
+    let www = f.dir.path().join("srv/www");
+    let ssh = SshDir::parse(&sshd.url(&www)).unwrap().with_config(&sshd.config);
+    let local = LocalDir::new(&f.remote);
+    for (root, transport) in [(&www, &ssh as &dyn Transport), (&f.remote, &local)] {
+        std::fs::create_dir_all(root).unwrap();
+        run(&mut ostree(&[
+            "init",
+            &format!("--repo={}", root.display()),
+            "--mode=archive",
+        ]));
+        // Same name and size, other bytes.
+        std::fs::create_dir_all(root.join(&rel).parent().unwrap()).unwrap();
+        std::fs::write(root.join(&rel), vec![0u8; genuine.len()]).unwrap();
+        publish_through(&f, transport).unwrap();
+        assert!(
+            std::fs::read(root.join(&rel)).unwrap() == genuine,
+            "{}: the planted object stayed",
+            root.display()
+        );
+        run(&mut ostree(&["fsck", &format!("--repo={}", root.display())]));
+    }
+}
+
+#[test]
+fn an_ssh_destination_that_is_a_symlink_is_refused_before_anything_is_made() {
+    let f = Fixture::new();
+    let sshd = Sshd::start(&f.dir.path().join("sshd"));
+    f.build(1, "2026.11.1");
+    let www = f.dir.path().join("srv/www");
+    let outside = f.dir.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::create_dir_all(www.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(&outside, &www).unwrap();
+    let ssh = SshDir::parse(&sshd.url(&www)).unwrap().with_config(&sshd.config);
+    let err = format!("{:#}", publish_through(&f, &ssh).unwrap_err());
+    assert!(
+        err.contains(&format!("{} on root@127.0.0.1 is a symlink", www.display())),
+        "{err}"
+    );
+    assert_eq!(names(&outside), Vec::<String>::new(), "written through the link");
+}
+
+#[test]
+fn an_ssh_lock_that_never_comes_fails_at_the_deadline_naming_it() {
+    let f = Fixture::new();
+    let sshd = Sshd::start(&f.dir.path().join("sshd"));
+    let v1 = f.build(1, "2026.11.1");
+    let www = f.dir.path().join("srv/www");
+    std::fs::create_dir_all(&www).unwrap();
+    // Another holder of the lock that never lets go.
+    let holder = std::fs::File::create(www.join(".publish.lock")).unwrap();
+    holder.lock().unwrap();
+    let deadline = std::time::Duration::from_secs(5);
+    let ssh = SshDir::parse(&sshd.url(&www))
+        .unwrap()
+        .with_config(&sshd.config)
+        .with_deadline(deadline);
+    let started = std::time::Instant::now();
+    let err = format!("{:#}", publish_through(&f, &ssh).unwrap_err());
+    assert!(
+        err.contains("waiting for the lock .publish.lock")
+            && err.contains("no answer within 5 s")
+            && err.contains("IMGBUILD_SSH_TIMEOUT"),
+        "{err}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(60));
+    assert!(!www.join("refs/heads").join(REF).exists());
+    drop(holder);
+    assert_eq!(publish_through(&f, &ssh).unwrap().refs[0].commit, v1);
 }

@@ -23,6 +23,8 @@ use serde_json::{Value, json};
 
 const REF: &str = "emberrtos/x86_64/rt";
 const STABLE: &str = "emberrtos/x86_64/rt-stable";
+/// qualify's flag for taking host keys as first shown (else `--known-hosts`).
+const TOFU: &str = "--trust-on-first-use";
 
 // ---------------------------------------------------------------------------
 // Running imgbuild
@@ -603,6 +605,17 @@ impl Bench {
         self.repo.join("qualifications").join(&self.commit)
     }
 
+    /// A known_hosts file `<dir>/<name>` pinning the host keys of `servers`.
+    fn pin(&self, name: &str, servers: &[&Sshd]) -> PathBuf {
+        let path = self.dir.path().join(name);
+        let lines: String = servers
+            .iter()
+            .map(|sshd| sshd.known_hosts_line(&sshd.host_key_pub()))
+            .collect();
+        std::fs::write(&path, lines).unwrap();
+        path
+    }
+
     /// Every file under `<repo>/qualifications`.
     fn record_files(&self) -> Vec<PathBuf> {
         let dir = self.repo.join("qualifications");
@@ -675,7 +688,7 @@ fn jitter_report(verdict: &str, worst: u64, budget: u64, duration: u64) -> Value
 /// A qualification record (schema qualification/1) of `hw` for `commit`.
 fn record(commit: &str, hw: &str, verdict: &str, worst: u64) -> Value {
     json!({
-        "schema": "qualification/1",
+        "schema": "qualification/2",
         "commit": commit,
         "ref": REF,
         "kernel": {
@@ -699,7 +712,14 @@ fn record(commit: &str, hw: &str, verdict: &str, worst: u64) -> Value {
             "host-key": {
                 "algorithm": "ssh-ed25519",
                 "fingerprint": format!("SHA256:host-key-of-{hw}"),
+                "established": "pinned",
             },
+        },
+        "provenance": {
+            "attestation": "none",
+            "identity-source": "dmi-cpuinfo-meminfo-reported-by-target",
+            "kernel-source": "uname-and-check-kernel-reported-by-target",
+            "measurement-source": "jitter-report-from-target",
         },
         "verdict": verdict,
         "reasons": [],
@@ -842,7 +862,7 @@ fn four_bad_targets_at_once_each_get_their_own_row_and_nothing_is_measured() {
     ];
     let targets: Vec<&str> = targets.iter().map(String::as_str).collect();
     let qualify_started = Instant::now();
-    let out = bench.qualify(true, &targets, &[]);
+    let out = bench.qualify(true, &targets, &[TOFU]);
     let took = qualify_started.elapsed();
     assert_exit(&out, 1);
     let doc = json_of(&out);
@@ -907,7 +927,7 @@ fn four_bad_targets_at_once_each_get_their_own_row_and_nothing_is_measured() {
     );
 
     // The refused target alone: exit 3, with its host key as ssh-keygen sees it.
-    let alone = bench.qualify(false, &[&other_kernel.target()], &[]);
+    let alone = bench.qualify(false, &[&other_kernel.target()], &[TOFU]);
     assert_exit(&alone, 3);
     let table = stdout(&alone);
     assert!(table.contains(&other_kernel.target()), "{}", text(&alone));
@@ -939,12 +959,15 @@ fn pinned_host_keys_are_checked_before_login() {
     let wrong = dir.join("known_hosts.wrong");
     std::fs::write(&wrong, sshd.known_hosts_line(&other.with_extension("pub"))).unwrap();
     let out = bench.qualify(true, &[&sshd.target()], &["--known-hosts", path_str(&wrong)]);
-    assert_exit(&out, 1);
+    assert_exit(&out, 3);
     let doc = json_of(&out);
     let r = row(&doc, &sshd.target());
-    assert_eq!(r["status"], "error", "{r:#}");
+    assert_eq!(r["status"], "refused", "{r:#}");
     let error = r["error"].as_str().unwrap_or_default();
-    assert!(error.contains("not in") || error.contains("pinned"), "{r:#}");
+    assert!(
+        error.contains(path_str(&wrong)) && error.contains("--known-hosts"),
+        "{r:#}"
+    );
     assert_eq!(sshd.logins(), 0, "logged in past a pin: {}", sshd.log());
     assert_eq!(sshd.jitter_calls(), Vec::<String>::new());
 
@@ -952,7 +975,7 @@ fn pinned_host_keys_are_checked_before_login() {
     let empty = dir.join("known_hosts.empty");
     std::fs::write(&empty, "").unwrap();
     let out = bench.qualify(true, &[&sshd.target()], &["--known-hosts", path_str(&empty)]);
-    assert_exit(&out, 1);
+    assert_exit(&out, 3);
     assert_eq!(sshd.logins(), 0, "{}", sshd.log());
 
     // The right key: past the pin, logged in, refused for the kernel.
@@ -980,19 +1003,32 @@ fn pinned_host_keys_are_checked_before_login() {
     // --port is the default port; a target's own :PORT overrides it.
     let port = sshd.port.to_string();
     let logins = sshd.logins();
-    let out = bench.qualify(true, &["root@127.0.0.1"], &["--port", &port]);
+    let right = path_str(&right);
+    let out = bench.qualify(
+        true,
+        &["root@127.0.0.1"],
+        &["--known-hosts", right, "--port", &port],
+    );
     assert_exit(&out, 3);
     assert!(sshd.logins() > logins, "--port was not used: {}", text(&out));
     let logins = sshd.logins();
     let closed = closed_port().to_string();
-    let out = bench.qualify(true, &[&sshd.target()], &["--port", &closed]);
+    let out = bench.qualify(
+        true,
+        &[&sshd.target()],
+        &["--known-hosts", right, "--port", &closed],
+    );
     assert_exit(&out, 3);
     assert!(
         sshd.logins() > logins,
         "--port overrode the target's own port: {}",
         text(&out)
     );
-    let out = bench.qualify(true, &["root@127.0.0.1"], &["--port", &closed]);
+    let out = bench.qualify(
+        true,
+        &["root@127.0.0.1"],
+        &["--known-hosts", right, "--port", &closed],
+    );
     assert_exit(&out, 1);
     assert!(stdout(&out).contains("no SSH server answered"), "{}", text(&out));
 }
@@ -1014,7 +1050,12 @@ fn a_host_key_that_changes_mid_run_aborts_the_target() {
     let honest = bench.sshd("honest");
     honest.jitter_that_must_not_measure();
 
-    let out = bench.qualify(true, &[&sshd.target(), &honest.target()], &[]);
+    let pins = bench.pin("known_hosts", &[&sshd, &honest]);
+    let out = bench.qualify(
+        true,
+        &[&sshd.target(), &honest.target()],
+        &["--known-hosts", path_str(&pins)],
+    );
     assert!(
         sshd.dir.join("swapped").exists(),
         "the probe never ran `uname` from the session PATH: {}",
@@ -1076,7 +1117,7 @@ fn hostile_and_duplicate_targets_exit_2_before_anything_runs() {
     // qualify's own checks (not the option parser's) even when they look
     // like options.
     let qualify = |targets: &[&str]| {
-        let mut args = vec!["qualify"];
+        let mut args = vec!["qualify", TOFU];
         args.extend_from_slice(&bench.options(REF));
         args.push("--");
         args.extend_from_slice(targets);
@@ -1099,7 +1140,7 @@ fn hostile_and_duplicate_targets_exit_2_before_anything_runs() {
         format!("-oProxyCommand=touch {m}@127.0.0.1"),
         "root@127.0.0.1:99999".to_string(),
     ] {
-        let mut args = vec!["qualify", &target, &bystander];
+        let mut args = vec!["qualify", &target, &bystander, TOFU];
         args.extend_from_slice(&bench.options(REF));
         let out = imgbuild(&args);
         assert_exit(&out, 2);
@@ -1128,6 +1169,133 @@ fn hostile_and_duplicate_targets_exit_2_before_anything_runs() {
 }
 
 #[test]
+fn an_unknown_host_key_is_refused_by_default_and_nothing_is_written() {
+    let Some(bench) = root_bench() else { return };
+    let dir = bench.dir.path();
+    // A target that would PASS if it got that far.
+    let sshd = bench.sshd("unknown");
+    sshd.uname_of_the_commit(None);
+    sshd.measuring_jitter();
+    sshd.set_report(&jitter_report("PASS", 40, 100, 2), 0);
+    let target = sshd.target();
+    let out_dir = dir.join("out");
+    let qualify = |extra: &[&str]| {
+        let mut options = vec!["--out", path_str(&out_dir)];
+        options.extend_from_slice(extra);
+        bench.qualify(true, &[&target], &options)
+    };
+    let nothing_written = |out: &Output, case: &str| {
+        assert_eq!(sshd.logins(), 0, "{case}: logged in: {}", sshd.log());
+        assert_eq!(sshd.jitter_calls(), Vec::<String>::new(), "{case}");
+        assert_eq!(
+            bench.record_files(),
+            Vec::<PathBuf>::new(),
+            "{case}: {}",
+            text(out)
+        );
+        assert!(!out_dir.exists(), "{case}: --out was written: {}", text(out));
+    };
+
+    // No flag: no key is trusted, so nothing is even contacted (usage error).
+    let out = qualify(&[]);
+    assert_exit(&out, 2);
+    let err = stderr(&out);
+    assert!(
+        err.contains("--known-hosts") && err.contains(TOFU),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(sshd.new_connections(), 0, "{}", sshd.log());
+    nothing_written(&out, "no flag");
+
+    // A known_hosts that holds this very key, but for another machine.
+    let key = std::fs::read_to_string(sshd.host_key_pub()).unwrap();
+    let words: Vec<&str> = key.split_whitespace().take(2).collect();
+    let elsewhere = dir.join("known_hosts.elsewhere");
+    std::fs::write(&elsewhere, format!("[192.0.2.7]:22 {}\n", words.join(" "))).unwrap();
+    let out = qualify(&["--known-hosts", path_str(&elsewhere)]);
+    assert_exit(&out, 3);
+    let r = row(&json_of(&out), &target).clone();
+    assert_eq!(r["status"], "refused", "{r:#}");
+    let error = r["error"].as_str().unwrap_or_default();
+    let fingerprint = sshd.fingerprint();
+    for needle in [path_str(&elsewhere), fingerprint.as_str(), TOFU] {
+        assert!(error.contains(needle), "the error does not say {needle}: {r:#}");
+    }
+    assert!(r.get("record").is_none_or(Value::is_null), "{r:#}");
+    nothing_written(&out, "unknown key");
+
+    // A --known-hosts that does not read, or both flags: usage errors.
+    let connections = sshd.connections();
+    let missing = dir.join("known_hosts.missing");
+    let out = qualify(&["--known-hosts", path_str(&missing)]);
+    assert_exit(&out, 2);
+    assert!(stderr(&out).contains(path_str(&missing)), "{}", text(&out));
+    let out = qualify(&["--known-hosts", path_str(&elsewhere), TOFU]);
+    assert_exit(&out, 2);
+    assert_eq!(sshd.connections(), connections, "{}", sshd.log());
+    nothing_written(&out, "usage errors");
+
+    // The control: pinned, the same target is measured and recorded.
+    let pins = bench.pin("known_hosts.right", &[&sshd]);
+    let out = qualify(&["--known-hosts", path_str(&pins)]);
+    assert_exit(&out, 0);
+    assert_eq!(json_files(&bench.record_files()).len(), 1, "{}", text(&out));
+}
+
+#[test]
+fn with_trust_on_first_use_the_record_says_so_and_promote_needs_allow_tofu() {
+    let Some(bench) = root_bench() else { return };
+    let sshd = bench.sshd("tofu");
+    sshd.uname_of_the_commit(None);
+    sshd.measuring_jitter();
+    sshd.set_report(&jitter_report("PASS", 40, 100, 2), 0);
+    let out = bench.qualify(true, &[&sshd.target()], &[TOFU]);
+    assert_exit(&out, 0);
+    let r = row(&json_of(&out), &sshd.target()).clone();
+    assert_measured(&r, &sshd, "PASS");
+    assert_eq!(r["host-key-established"], "trust-on-first-use", "{r:#}");
+    assert!(stderr(&out).contains("trusted on first use"), "{}", text(&out));
+
+    let path = PathBuf::from(r["record"].as_str().unwrap());
+    assert_signed(bench.key.home.path(), &path);
+    let rec: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(rec["schema"], "qualification/2", "{rec:#}");
+    let host_key = &rec["target"]["host-key"];
+    assert_eq!(host_key["established"], "trust-on-first-use", "{rec:#}");
+    assert_eq!(host_key["fingerprint"], sshd.fingerprint().as_str(), "{rec:#}");
+    // Identity, kernel and figures: the target's own word, and said to be.
+    let provenance = &rec["provenance"];
+    assert_eq!(provenance["attestation"], "none", "{rec:#}");
+    for (field, source) in [
+        ("identity-source", "dmi-cpuinfo-meminfo-reported-by-target"),
+        ("kernel-source", "uname-and-check-kernel-reported-by-target"),
+        ("measurement-source", "jitter-report-from-target"),
+    ] {
+        assert_eq!(provenance[field], source, "{rec:#}");
+    }
+    let out = imgbuild(&["inspect", "--repo", path_str(&bench.repo), REF]);
+    assert!(
+        stdout(&out).contains("host key trust-on-first-use"),
+        "{}",
+        text(&out)
+    );
+
+    // One platform asked for: the TOFU PASS counts only with --allow-tofu.
+    let one = ["--min-duration", "2", "--min-platforms", "1", "--allow-tofu"];
+    let out = promote(&bench.repo, &bench.key, &one[..4]);
+    assert_exit(&out, 3);
+    assert!(stdout(&out).contains("--allow-tofu"), "{}", text(&out));
+    assert_eq!(resolve(&bench.repo, STABLE), None);
+    let out = promote(&bench.repo, &bench.key, &one);
+    assert_exit(&out, 0);
+    assert_eq!(
+        resolve(&bench.repo, STABLE).as_deref(),
+        Some(bench.commit.as_str())
+    );
+}
+
+#[test]
 fn an_unproven_ref_is_refused_before_any_target_is_contacted() {
     let Some(bench) = root_bench() else { return };
     let sshd = bench.sshd("never");
@@ -1136,7 +1304,7 @@ fn an_unproven_ref_is_refused_before_any_target_is_contacted() {
     sshd.set_report(&jitter_report("PASS", 40, 100, 2), 0);
     let bad = unproven_commit(bench.dir.path(), &bench.repo, "emberrtos/x86_64/other/rt");
     let target = sshd.target();
-    let mut args = vec!["--json", "qualify", &target];
+    let mut args = vec!["--json", "qualify", &target, TOFU];
     args.extend_from_slice(&bench.options("emberrtos/x86_64/other/rt"));
     let out = imgbuild(&args);
     assert_exit(&out, 3);
@@ -1144,7 +1312,7 @@ fn an_unproven_ref_is_refused_before_any_target_is_contacted() {
     assert_eq!(sshd.new_connections(), 0, "{}", sshd.log());
     assert!(!bench.repo.join("qualifications").join(&bad).exists());
     // A ref that does not exist is no proof either.
-    let mut args = vec!["qualify", &target];
+    let mut args = vec!["qualify", &target, TOFU];
     args.extend_from_slice(&bench.options("emberrtos/x86_64/nothing/rt"));
     let out = imgbuild(&args);
     assert_ne!(out.status.code(), Some(0), "{}", text(&out));
@@ -1166,9 +1334,11 @@ fn a_measured_target_gets_a_signed_record_that_promote_accepts() {
     sshd.measuring_jitter();
     let out_dir = dir.join("out");
     let target = sshd.target();
+    let pins = bench.pin("known_hosts", &[&sshd]);
     let qualify = |report: &Value, exit: u8| {
         sshd.set_report(report, exit);
-        bench.qualify(true, &[&target], &["--out", path_str(&out_dir)])
+        let options = ["--out", path_str(&out_dir), "--known-hosts", path_str(&pins)];
+        bench.qualify(true, &[&target], &options)
     };
 
     // FAIL: worst case over budget. A record is written (and signed).
@@ -1259,7 +1429,7 @@ fn a_measured_target_gets_a_signed_record_that_promote_accepts() {
     let expected: std::collections::BTreeSet<&str> =
         spec.as_object().unwrap().keys().map(String::as_str).collect();
     assert_eq!(keys, expected, "{rec:#}");
-    assert_eq!(rec["schema"], "qualification/1");
+    assert_eq!(rec["schema"], "qualification/2");
     assert_eq!(rec["commit"], bench.commit.as_str());
     assert_eq!(rec["ref"], REF);
     assert_eq!(rec["kernel"]["release"], RELEASE);
@@ -1301,6 +1471,10 @@ fn a_measured_target_gets_a_signed_record_that_promote_accepts() {
         sshd.fingerprint().as_str()
     );
     assert_eq!(rec["target"]["host-key"]["algorithm"], "ssh-ed25519", "{rec:#}");
+    // How each fact was established: the key pinned, the rest the target's word.
+    assert_eq!(rec["target"]["host-key"]["established"], "pinned", "{rec:#}");
+    assert_eq!(r["host-key-established"], "pinned", "{r:#}");
+    assert_eq!(rec["provenance"], spec["provenance"], "{rec:#}");
     assert_eq!(rec["verdict"], "PASS");
     assert_eq!(rec["worst-us"], 40);
     assert_eq!(rec["budget-us"], 100);
@@ -1335,8 +1509,18 @@ fn a_measured_target_gets_a_signed_record_that_promote_accepts() {
     assert!(stdout(&out).contains("--min-duration 300"), "{}", text(&out));
     assert_eq!(resolve(&bench.repo, STABLE), None);
 
-    // promote: the PASS counts, the stable ref moves.
+    // One platform is not enough by default (--min-platforms 2).
     let out = promote(&bench.repo, &bench.key, &["--min-duration", "2"]);
+    assert_exit(&out, 3);
+    assert!(stderr(&out).contains("at least 2 needed"), "{}", text(&out));
+    assert_eq!(resolve(&bench.repo, STABLE), None);
+
+    // promote: the pinned PASS counts for one platform, the stable ref moves.
+    let out = promote(
+        &bench.repo,
+        &bench.key,
+        &["--min-duration", "2", "--min-platforms", "1"],
+    );
     assert_exit(&out, 0);
     assert_eq!(
         resolve(&bench.repo, STABLE).as_deref(),
@@ -1370,7 +1554,12 @@ fn targets_are_measured_at_the_same_time_and_one_failing_stops_none() {
     }
     let unreachable = format!("root@127.0.0.1:{}", closed_port());
     let started = Instant::now();
-    let out = bench.qualify(true, &[&a.target(), &unreachable, &b.target()], &[]);
+    let pins = bench.pin("known_hosts", &[&a, &b]);
+    let out = bench.qualify(
+        true,
+        &[&a.target(), &unreachable, &b.target()],
+        &["--known-hosts", path_str(&pins)],
+    );
     let took = started.elapsed();
     assert_exit(&out, 1);
     for sshd in [&a, &b] {
@@ -1404,6 +1593,36 @@ fn targets_are_measured_at_the_same_time_and_one_failing_stops_none() {
 // promote
 // ---------------------------------------------------------------------------
 
+/// A scratch dir, a signing key, and a proven commit on [`REF`] tagged
+/// unsigned (promote signs it itself): (dir, key, repo, commit).
+fn promote_bench() -> (tempfile::TempDir, GpgKey, PathBuf, String) {
+    let dir = tempfile::Builder::new()
+        .prefix("promote")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let key = GpgKey::generate("qualifier");
+    let (repo, commit) = proven_commit(dir.path(), None);
+    (dir, key, repo, commit)
+}
+
+/// [`record`] of `hw`, PASS, measured through a host key `established`
+/// (`None`: a `qualification/1` record, which does not say).
+fn pass_through(commit: &str, hw: &str, established: Option<&str>) -> Value {
+    let mut rec = record(commit, hw, "PASS", 40);
+    match established {
+        Some(how) => rec["target"]["host-key"]["established"] = how.into(),
+        None => {
+            rec["schema"] = "qualification/1".into();
+            rec["target"]["host-key"]
+                .as_object_mut()
+                .unwrap()
+                .remove("established");
+            rec.as_object_mut().unwrap().remove("provenance");
+        }
+    }
+    rec
+}
+
 fn promote(repo: &Path, key: &GpgKey, extra: &[&str]) -> Output {
     promote_to(repo, key, STABLE, extra)
 }
@@ -1429,14 +1648,8 @@ fn promote_to(repo: &Path, key: &GpgKey, to: &str, extra: &[&str]) -> Output {
 #[test]
 fn promote_counts_only_signed_passing_records_of_this_commit() {
     let started = Instant::now();
-    let dir = tempfile::Builder::new()
-        .prefix("promote")
-        .tempdir_in("/tmp")
-        .unwrap();
-    let key = GpgKey::generate("qualifier");
+    let (dir, key, repo, commit) = promote_bench();
     let other_fpr = key.add_key("intruder");
-    // Tagged unsigned: promote signs the commit itself.
-    let (repo, commit) = proven_commit(dir.path(), None);
     assert!(!repo.join("summary.sig").exists());
     let records = repo.join("qualifications").join(&commit);
     let home = key.home.path();
@@ -1631,8 +1844,14 @@ fn promote_counts_only_signed_passing_records_of_this_commit() {
     assert_exit(&out, 3);
     assert_eq!(resolve(&repo, "emberrtos/x86_64/forced/rt-stable"), None);
 
-    // Promoted: hw-a's PASS counts (the default policy, and required by name).
-    let out = promote(&repo, &key, &["--require", "hw-a"]);
+    // Required by name, hw-a's PASS is still one platform of the default two.
+    refused_saying(
+        &["--require", "hw-a"],
+        "--require hw-a alone",
+        &["hw-a", "counts"],
+    );
+    // Promoted: hw-a's PASS counts (one platform asked for, required by name).
+    let out = promote(&repo, &key, &["--require", "hw-a", "--min-platforms", "1"]);
     assert_exit(&out, 0);
     assert_eq!(resolve(&repo, STABLE).as_deref(), Some(commit.as_str()));
     let repo_arg = format!("--repo={}", repo.display());
@@ -1665,6 +1884,8 @@ fn promote_counts_only_signed_passing_records_of_this_commit() {
     let pass_sha = sha256_hex(&std::fs::read(records.join("hw-a-pass.json")).unwrap());
     assert_eq!(doc["commit"], commit.as_str(), "{doc:#}");
     assert_eq!(doc["to"], STABLE, "{doc:#}");
+    assert_eq!(doc["min-platforms"], 1, "{doc:#}");
+    assert_eq!(doc["allow-tofu"], false, "{doc:#}");
     // `records`: the ones that allowed it (the others may be listed as judged).
     let allowed = doc["records"]
         .as_array()
@@ -1702,18 +1923,120 @@ fn promote_counts_only_signed_passing_records_of_this_commit() {
         "{doc:#}"
     );
 
-    // Two platforms: a second PASS (hw-b) makes --min-platforms 2 pass too.
+    // Two platforms: a second PASS (hw-b) meets the default --min-platforms 2.
     signed("hw-b-pass", &record(&commit, "hw-b", "PASS", 45), me);
-    let out = promote_to(
-        &repo,
-        &key,
-        "emberrtos/x86_64/rt-certified",
-        &["--min-platforms", "2"],
-    );
+    let out = promote_to(&repo, &key, "emberrtos/x86_64/rt-certified", &[]);
     assert_exit(&out, 0);
     assert_eq!(
         resolve(&repo, "emberrtos/x86_64/rt-certified").as_deref(),
         Some(commit.as_str())
     );
     eprintln!("promote test: {:.1} s", started.elapsed().as_secs_f64());
+}
+
+#[test]
+fn promote_with_one_pass_is_refused_by_default_two_platforms_are_needed() {
+    let (_dir, key, repo, commit) = promote_bench();
+    let records = repo.join("qualifications").join(&commit);
+    let (home, me) = (key.home.path(), key.fingerprint.as_str());
+    write_record(
+        &records,
+        "hw-a-pass",
+        &record(&commit, "hw-a", "PASS", 40),
+        home,
+        me,
+    );
+    let out = promote(&repo, &key, &[]);
+    assert_exit(&out, 3);
+    assert!(stderr(&out).contains("1 platform(s) passed"), "{}", text(&out));
+    assert!(stderr(&out).contains("at least 2 needed"), "{}", text(&out));
+    assert_eq!(resolve(&repo, STABLE), None);
+
+    // A second id measured through the same host key is the same machine.
+    let mut same_machine = record(&commit, "hw-b", "PASS", 40);
+    same_machine["target"]["host-key"]["fingerprint"] = "SHA256:host-key-of-hw-a".into();
+    let twin = write_record(&records, "hw-b-twin", &same_machine, home, me);
+    let out = promote(&repo, &key, &[]);
+    assert_exit(&out, 3);
+    assert!(stderr(&out).contains("at least 2 needed"), "{}", text(&out));
+    assert_eq!(resolve(&repo, STABLE), None);
+
+    // A second platform on its own machine: the default is met.
+    std::fs::remove_file(sig_of(&twin)).unwrap();
+    std::fs::remove_file(&twin).unwrap();
+    write_record(
+        &records,
+        "hw-b-pass",
+        &record(&commit, "hw-b", "PASS", 45),
+        home,
+        me,
+    );
+    let out = promote(&repo, &key, &[]);
+    assert_exit(&out, 0);
+    assert_eq!(resolve(&repo, STABLE).as_deref(), Some(commit.as_str()));
+}
+
+#[test]
+fn promote_refuses_to_count_a_tofu_record_without_allow_tofu() {
+    let (_dir, key, repo, commit) = promote_bench();
+    let records = repo.join("qualifications").join(&commit);
+    let (home, me) = (key.home.path(), key.fingerprint.as_str());
+    let pinned = pass_through(&commit, "hw-a", Some("pinned"));
+    write_record(&records, "hw-a-pinned", &pinned, home, me);
+    let tofu = pass_through(&commit, "hw-b", Some("trust-on-first-use"));
+    write_record(&records, "hw-b-tofu", &tofu, home, me);
+    // A qualification/1 record still reads, but does not say its key was pinned.
+    write_record(
+        &records,
+        "hw-c-first",
+        &pass_through(&commit, "hw-c", None),
+        home,
+        me,
+    );
+
+    let out = promote(&repo, &key, &[]);
+    assert_exit(&out, 3);
+    let table = stdout(&out);
+    let line = |hw: &str| {
+        table
+            .lines()
+            .find(|l| l.starts_with(hw))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(line("hw-a").contains("counts"), "{}", text(&out));
+    assert!(
+        line("hw-b").contains("trust-on-first-use") && line("hw-b").contains("--allow-tofu"),
+        "{table}"
+    );
+    assert!(
+        line("hw-c").contains("not stated") && line("hw-c").contains("--allow-tofu"),
+        "{table}"
+    );
+    assert!(stderr(&out).contains("1 platform(s) passed"), "{}", text(&out));
+    assert_eq!(resolve(&repo, STABLE), None);
+    // Required by name, a TOFU platform still does not count.
+    let out = promote(&repo, &key, &["--require", "hw-b", "--min-platforms", "1"]);
+    assert_exit(&out, 3);
+    assert!(stderr(&out).contains("hw-b"), "{}", text(&out));
+    assert_eq!(resolve(&repo, STABLE), None);
+
+    // Told to, promote counts all three, and its record says it was told.
+    let out = promote(&repo, &key, &["--allow-tofu", "--min-platforms", "3"]);
+    assert_exit(&out, 0);
+    assert_eq!(resolve(&repo, STABLE).as_deref(), Some(commit.as_str()));
+    let promotions = files_under(&repo.join("promotions").join(&commit));
+    let promotion = json_files(&promotions)[0];
+    let doc: Value = serde_json::from_slice(&std::fs::read(promotion).unwrap()).unwrap();
+    assert_eq!(doc["allow-tofu"], true, "{doc:#}");
+    let established: Vec<&str> = doc["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["host-key-established"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(established.len(), 3, "{doc:#}");
+    for how in ["pinned", "trust-on-first-use", "not stated"] {
+        assert!(established.contains(&how), "{how}: {doc:#}");
+    }
 }

@@ -42,8 +42,22 @@ enum CacheAction {
     },
     /// Upload the cached kernels and rootfs bases to DEST (a directory,
     /// file:// or ssh://user@host[:port]/path), which any static HTTP server
-    /// can then serve to `--cache-remote`.
-    Push { dest: String },
+    /// can then serve to `--cache-remote`, each entry signed with --gpg-key.
+    Push {
+        dest: String,
+        /// Sign each entry with this GPG key (readers pin its public key
+        /// with --cache-remote-key). One of --gpg-key and --unsigned is
+        /// required.
+        #[arg(long, value_name = "KEYID", required_unless_present = "unsigned")]
+        gpg_key: Option<String>,
+        /// Push entries unsigned: only `--cache-remote-insecure` readers
+        /// take them, and no rt ref is tagged from what they build.
+        #[arg(long, conflicts_with = "gpg_key")]
+        unsigned: bool,
+        /// The GnuPG home holding that key [default: $GNUPGHOME, else ~/.gnupg].
+        #[arg(long, value_name = "DIR", requires = "gpg_key")]
+        gpg_homedir: Option<PathBuf>,
+    },
 }
 
 fn parse_age(text: &str) -> Result<Duration, String> {
@@ -72,10 +86,16 @@ pub fn run(args: CacheArgs, ui: &Ui, json: bool) -> Result<serde_json::Value> {
             max_size,
             dry_run,
         } => gc(&cache, older_than, max_size, dry_run, ui, json),
-        CacheAction::Push { dest } => {
+        CacheAction::Push {
+            dest,
+            gpg_key,
+            gpg_homedir,
+            unsigned: _,
+        } => {
             let transport =
                 crate::transport::open(&dest).map_err(|e| BadInput::new("DEST", format!("{e:#}")))?;
-            let report = push::push(&cache, transport.as_ref(), ui)?;
+            let signer = signer(gpg_key.as_deref(), gpg_homedir, ui)?;
+            let report = push::push(&cache, transport.as_ref(), signer.as_ref(), ui)?;
             if !json {
                 println!(
                     "pushed {} entr{} ({} bytes) to {}; {} already there",
@@ -92,6 +112,19 @@ pub fn run(args: CacheArgs, ui: &Ui, json: bool) -> Result<serde_json::Value> {
             Ok(serde_json::to_value(&report)?)
         }
     }
+}
+
+/// The signer `--gpg-key` names; without one (`--unsigned`), a warning.
+fn signer(gpg_key: Option<&str>, gpg_homedir: Option<PathBuf>, ui: &Ui) -> Result<Option<push::Signer>> {
+    let Some(key) = gpg_key else {
+        ui.warn(
+            "pushing unsigned entries (--unsigned): readers refuse them unless they pass --cache-remote-insecure",
+        );
+        return Ok(None);
+    };
+    push::Signer::new(key, gpg_homedir)
+        .map(Some)
+        .map_err(|e| BadInput::new("--gpg-key", format!("{e:#}")).into())
 }
 
 fn gc(

@@ -1,20 +1,52 @@
 //! `imgbuild cache push`: uploads the local cache's sound kernels and rootfs
-//! bases to a shared remote ([`crate::cache::remote`]). It lives with the
-//! command, above the kernel stage whose artifacts it checks before upload.
+//! bases to a shared remote ([`crate::cache::remote`]), each entry signed
+//! with `--gpg-key`. It lives with the command, above the kernel stage whose
+//! artifacts it checks before upload.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
 use crate::cache::Cache;
 use crate::cache::admin::list;
 use crate::cache::remote::{self, Entry, Index};
+use crate::io::gpg;
 use crate::io::hashing::{HashingWriter, is_sha256_hex};
+use crate::stage::Key;
 use crate::stages::kernel::build::read_artifact;
 use crate::transport::Transport;
 use crate::ui::Ui;
+
+/// The key that signs each entry (`--gpg-key`, `--gpg-homedir`).
+#[derive(Clone, Debug)]
+pub struct Signer {
+    pub homedir: Option<PathBuf>,
+    /// The primary fingerprint of the one key `--gpg-key` names.
+    pub fingerprint: String,
+}
+
+impl Signer {
+    pub fn new(key: &str, homedir: Option<PathBuf>) -> Result<Signer> {
+        let fingerprint = gpg::primary_fingerprint(key, homedir.as_deref())?;
+        Ok(Signer { homedir, fingerprint })
+    }
+
+    fn sign(&self, data: &[u8]) -> Result<Vec<u8>> {
+        gpg::sign_detached(data, &self.fingerprint, self.homedir.as_deref())
+    }
+
+    /// Whether `signature` is a good one of `data` by this key.
+    fn signed(&self, data: &[u8], signature: Option<&[u8]>) -> Result<bool> {
+        let Some(signature) = signature else {
+            return Ok(false);
+        };
+        let verification = gpg::verify_detached(data, signature, self.homedir.as_deref())?;
+        Ok(verification.good_by(&self.fingerprint))
+    }
+}
 
 /// What `cache push` did.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -34,6 +66,8 @@ struct Pushable {
     area: &'static str,
     key: String,
     describe: String,
+    /// What the key was built from (the kernel's `key.json`).
+    inputs: BTreeMap<String, String>,
     /// The tar file itself (rootfs bases) or a dir to archive (kernels).
     path: PathBuf,
     is_dir: bool,
@@ -44,14 +78,8 @@ fn pushables(cache: &Cache, report: &mut PushReport) -> Result<Vec<Pushable>> {
     let now = SystemTime::now();
     for entry in list(cache, now)? {
         match entry.area.as_str() {
-            "kernels" if is_sha256_hex(&entry.name) => match read_artifact(&entry.path, &entry.name) {
-                Ok(kernel) => found.push(Pushable {
-                    area: remote::KERNELS,
-                    key: entry.name,
-                    describe: format!("kernel {}", kernel.release),
-                    path: entry.path,
-                    is_dir: true,
-                }),
+            "kernels" if is_sha256_hex(&entry.name) => match kernel(&entry.path, &entry.name) {
+                Ok(pushable) => found.push(pushable),
                 Err(e) => report.skipped.push(format!("kernels/{}: {e:#}", entry.name)),
             },
             "rootfs-base" => {
@@ -62,6 +90,7 @@ fn pushables(cache: &Cache, report: &mut PushReport) -> Result<Vec<Pushable>> {
                     area: remote::ROOTFS_BASE,
                     key: key.to_string(),
                     describe: "rootfs base tarball".into(),
+                    inputs: BTreeMap::new(),
                     path: entry.path.clone(),
                     is_dir: false,
                 });
@@ -72,9 +101,88 @@ fn pushables(cache: &Cache, report: &mut PushReport) -> Result<Vec<Pushable>> {
     Ok(found)
 }
 
+/// A sound kernel of the local cache, with the inputs its key was built from.
+fn kernel(dir: &Path, key: &str) -> Result<Pushable> {
+    let kernel = read_artifact(dir, key)?;
+    Ok(Pushable {
+        area: remote::KERNELS,
+        key: key.to_string(),
+        describe: format!("kernel {}", kernel.release),
+        inputs: kernel_inputs(dir, key)?,
+        path: dir.to_path_buf(),
+        is_dir: true,
+    })
+}
+
+/// The kernel's `key.json` inputs (empty when an older imgbuild kept none);
+/// they must hash to its key.
+fn kernel_inputs(dir: &Path, key: &str) -> Result<BTreeMap<String, String>> {
+    let path = dir.join("key.json");
+    let text = match std::fs::read_to_string(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
+        read => read.with_context(|| format!("reading {}", path.display()))?,
+    };
+    let recorded: Key = serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    if recorded.digest() != key {
+        bail!(
+            "{} hashes to {}, not to its key",
+            path.display(),
+            recorded.digest()
+        );
+    }
+    Ok(recorded.inputs)
+}
+
+/// What the remote already serves of an entry.
+enum Served {
+    /// This entry, signed by this key (or unsigned when pushing unsigned).
+    Current,
+    /// This archive, under another entry or signature.
+    SameArchive,
+    Nothing,
+}
+
+fn served(transport: &dyn Transport, entry: &Entry, bytes: &[u8], signer: Option<&Signer>) -> Result<Served> {
+    let Some(served) = transport.read(&remote::entry_path(&entry.area, &entry.key))? else {
+        return Ok(Served::Nothing);
+    };
+    let parsed = Entry::parse(&served, &entry.area, &entry.key);
+    if !parsed.is_ok_and(|e| e.sha256 == entry.sha256 && e.size == entry.size) {
+        return Ok(Served::Nothing);
+    }
+    let signed = match signer {
+        None => true,
+        Some(signer) => {
+            let signature = transport.read(&remote::signature_path(&entry.area, &entry.key))?;
+            signer.signed(bytes, signature.as_deref())?
+        }
+    };
+    Ok(if served == bytes && signed {
+        Served::Current
+    } else {
+        Served::SameArchive
+    })
+}
+
+/// Writes the entry's signature (or removes a stale one), then the entry.
+fn put_entry(transport: &dyn Transport, entry: &Entry, bytes: &[u8], signer: Option<&Signer>) -> Result<()> {
+    let signature = remote::signature_path(&entry.area, &entry.key);
+    match signer {
+        Some(signer) => transport.put(&signature, &signer.sign(bytes)?)?,
+        None => transport.remove(&signature)?,
+    }
+    transport.put(&remote::entry_path(&entry.area, &entry.key), bytes)
+}
+
 /// Uploads every sound kernel and rootfs base of the local cache that the
-/// remote lacks: each archive, then its entry, then `index.json`.
-pub fn push(cache: &Cache, transport: &dyn Transport, ui: &Ui) -> Result<PushReport> {
+/// remote lacks: each archive, then its entry's signature (by `signer`)
+/// and its entry, then `index.json`.
+pub fn push(
+    cache: &Cache,
+    transport: &dyn Transport,
+    signer: Option<&Signer>,
+    ui: &Ui,
+) -> Result<PushReport> {
     let mut report = PushReport {
         destination: transport.describe(),
         ..PushReport::default()
@@ -84,12 +192,19 @@ pub fn push(cache: &Cache, transport: &dyn Transport, ui: &Ui) -> Result<PushRep
     transport.remove_stale_temps()?;
     let mut index = read_index(transport)?;
     for item in pushables(cache, &mut report)? {
-        let entry_rel = remote::entry_path(item.area, &item.key);
         let archive = archive_of(cache, &item)?;
-        let served = transport
-            .read(&entry_rel)?
-            .and_then(|t| Entry::parse(&String::from_utf8_lossy(&t), item.area, &item.key).ok());
-        if served.is_some_and(|e| e.sha256 == archive.sha256 && e.size == archive.size) {
+        let entry = Entry {
+            format: remote::ENTRY_FORMAT,
+            area: item.area.to_string(),
+            key: item.key.clone(),
+            sha256: archive.sha256.clone(),
+            size: archive.size,
+            describe: item.describe.clone(),
+            inputs: item.inputs.clone(),
+        };
+        let bytes = entry.signed_bytes()?;
+        let state = served(transport, &entry, &bytes, signer)?;
+        if matches!(state, Served::Current) {
             report.present += 1;
             continue;
         }
@@ -100,22 +215,16 @@ pub fn push(cache: &Cache, transport: &dyn Transport, ui: &Ui) -> Result<PushRep
             item.describe,
             archive.size
         ));
-        transport.put_file(&remote::archive_path(item.area, &item.key), &archive.path)?;
-        transport.flush()?;
-        let entry = Entry {
-            format: remote::ENTRY_FORMAT,
-            area: item.area.to_string(),
-            key: item.key.clone(),
-            sha256: archive.sha256.clone(),
-            size: archive.size,
-            describe: item.describe.clone(),
-        };
-        transport.put(&entry_rel, &serde_json::to_vec_pretty(&entry)?)?;
+        if matches!(state, Served::Nothing) {
+            transport.put_file(&remote::archive_path(item.area, &item.key), &archive.path)?;
+            transport.flush()?;
+            report.bytes += archive.size;
+        }
+        put_entry(transport, &entry, &bytes, signer)?;
         index
             .entries
             .retain(|e| !(e.area == entry.area && e.key == entry.key));
         index.entries.push(entry.clone());
-        report.bytes += archive.size;
         report.pushed.push(entry);
     }
     index.format = remote::ENTRY_FORMAT;

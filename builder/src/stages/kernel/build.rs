@@ -184,7 +184,12 @@ pub fn build(
         cached: false,
         build_seconds: Some(build_seconds),
     };
-    cache_artifact(staging, &output, key, ui)
+    let placed = cache_artifact(staging, &output, key, ui)?;
+    if placed.bzimage_sha256 == output.bzimage_sha256 {
+        // Built here: whatever an unverified remote once placed is gone.
+        remote::forget_insecure(cache, remote::KERNELS, &digest);
+    }
+    Ok(placed)
 }
 
 /// The cached kernel in `artifact_dir` when it is there and sound. A damaged

@@ -122,6 +122,7 @@ pub fn obtain(
                 epoch,
                 ui,
             )?;
+            remote::forget_insecure(cache, remote::ROOTFS_BASE, &key);
             Ok(BaseTarball {
                 path,
                 key,
