@@ -502,6 +502,8 @@ fn run_recipe(args: RecipeArgs, ui: Ui, json: bool) -> Result<u8> {
         ));
     }
     let cache = Cache::open(&cache_root)?.with_remote(remote);
+    // Held until the run ends: `cache gc` removes nothing meanwhile.
+    let _cache_hold = cache.hold_for_build()?;
     std::fs::create_dir_all(&args.work_dir)
         .with_context(|| format!("creating work dir {}", args.work_dir.display()))?;
     let flags = CompilerFlags {

@@ -265,6 +265,61 @@ impl FileStamp {
     }
 }
 
+/// The file builds hold a shared lock on while they use the cache, and
+/// `cache gc` an exclusive one while it removes entries.
+const IN_USE_LOCK: &str = ".in-use.lock";
+
+/// A hold on the cache: shared by builds, exclusive for `cache gc`. Released
+/// when dropped (or when the process dies).
+#[derive(Debug)]
+pub struct CacheHold {
+    _lock: File,
+}
+
+/// `cache gc` found a build using the cache.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the cache {} is in use by a running build; gc removes nothing while a build may read an entry (run it again when the build is done)",
+    root.display()
+)]
+pub struct CacheInUse {
+    pub root: PathBuf,
+}
+
+impl Cache {
+    fn in_use_lock(&self) -> Result<File> {
+        let path = self.root.join(IN_USE_LOCK);
+        fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))
+    }
+
+    /// A build's hold: shared, so builds run side by side; `cache gc` waits
+    /// for none of them and removes nothing while one holds it.
+    pub fn hold_for_build(&self) -> Result<CacheHold> {
+        let lock = self.in_use_lock()?;
+        lock.lock_shared().context("locking the cache for this build")?;
+        Ok(CacheHold { _lock: lock })
+    }
+
+    /// `cache gc`'s hold: exclusive, refused at once ([`CacheInUse`]) while
+    /// a build holds the cache.
+    pub fn hold_for_gc(&self) -> Result<CacheHold> {
+        let lock = self.in_use_lock()?;
+        match lock.try_lock() {
+            Ok(()) => Ok(CacheHold { _lock: lock }),
+            Err(fs::TryLockError::WouldBlock) => Err(CacheInUse {
+                root: self.root.clone(),
+            }
+            .into()),
+            Err(fs::TryLockError::Error(e)) => Err(e).context("locking the cache for gc"),
+        }
+    }
+}
+
 /// The work dir is in use by another run.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
@@ -481,5 +536,19 @@ mod tests {
         assert!(text.contains("in use by another imgbuild run"), "{text}");
         drop(held);
         lock_work_dir(dir.path()).unwrap();
+    }
+
+    #[test]
+    fn gc_is_refused_while_a_build_holds_the_cache_and_builds_share_it() {
+        let (_dir, cache) = cache();
+        let build = cache.hold_for_build().unwrap();
+        let other_build = cache.hold_for_build().unwrap();
+        let refused = cache.hold_for_gc().unwrap_err();
+        assert!(refused.is::<CacheInUse>(), "{refused:#}");
+        drop(build);
+        assert!(cache.hold_for_gc().unwrap_err().is::<CacheInUse>());
+        drop(other_build);
+        let gc = cache.hold_for_gc().unwrap();
+        drop(gc);
     }
 }

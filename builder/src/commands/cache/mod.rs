@@ -138,6 +138,7 @@ fn gc(
     if older_than.is_none() && max_size.is_none() {
         return Err(BadInput::new("--older-than/--max-size", "name at least one of them").into());
     }
+    let _hold = cache.hold_for_gc()?;
     let entries = admin::list(cache, SystemTime::now())?;
     let doomed: Vec<&LocalEntry> = admin::plan_gc(&entries, older_than, max_size)
         .into_iter()
