@@ -16,6 +16,7 @@ use crate::pipeline::{self, PipelineReport};
 use crate::qualify;
 use crate::recipe::{DiskFormat, Recipe, Remote};
 use crate::sbom;
+use crate::secure_boot::SigningKey;
 use crate::stage::Stage;
 use crate::stages::boot::{self, Accel, BootOptions};
 use crate::stages::commit;
@@ -26,6 +27,7 @@ use crate::stages::verify;
 use crate::ui::Ui;
 use emberrtos_contract::error::{BadInput, exit, exit_code};
 use emberrtos_contract::provision::ProvisionError;
+use emberrtos_contract::secure_boot::Certificate;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -125,6 +127,39 @@ pub struct RecipeArgs {
     /// [default: $IMGBUILD_CACHE_REMOTE_INSECURE=1].
     #[arg(long)]
     cache_remote_insecure: bool,
+    #[command(flatten)]
+    secure_boot: SecureBootArgs,
+}
+
+/// The Secure Boot key the gate signs with (overrides `secure-boot:`).
+#[derive(Args, Debug)]
+pub struct SecureBootArgs {
+    /// The Secure Boot private key (PEM, readable by its owner only): a
+    /// recipe signs the proven kernel with it before the commit, a disk its
+    /// shim and GRUB, and every kernel must verify against the certificate
+    /// [default: the recipe's `secure-boot.key`].
+    #[arg(long, value_name = "FILE", requires = "secure_boot_cert")]
+    secure_boot_key: Option<PathBuf>,
+    /// Its certificate (PEM): what the devices' firmware enrolls.
+    #[arg(long, value_name = "FILE", requires = "secure_boot_key")]
+    secure_boot_cert: Option<PathBuf>,
+}
+
+impl SecureBootArgs {
+    /// The key from the command line, else from `recipe`, checked (exit 2
+    /// naming the file).
+    fn load(&self, recipe: Option<&crate::recipe::SecureBootFiles>) -> Result<Option<SigningKey>> {
+        let key = match (&self.secure_boot_key, &self.secure_boot_cert, recipe) {
+            (Some(key), Some(cert), _) => {
+                SigningKey::load(key, cert, ("--secure-boot-key", "--secure-boot-cert"))?
+            }
+            (_, _, Some(files)) => {
+                SigningKey::load(&files.key, &files.cert, ("secure-boot.key", "secure-boot.cert"))?
+            }
+            _ => return Ok(None),
+        };
+        Ok(Some(key))
+    }
 }
 
 #[derive(Args, Debug)]
@@ -193,6 +228,17 @@ pub struct PublishArgs {
     /// not sign [default: refuse to publish, exit 3, naming each].
     #[arg(long, requires = "gpg_key")]
     prune_unsigned_refs: bool,
+    /// The Secure Boot certificate (PEM) the devices' firmware trusts:
+    /// every published kernel must verify against it (exit 3 otherwise).
+    #[arg(long, value_name = "FILE")]
+    secure_boot_cert: Option<PathBuf>,
+}
+
+/// A certificate named on the command line (exit 2 naming the file).
+fn load_certificate(option: &str, path: &std::path::Path) -> Result<Certificate, BadInput> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| BadInput::new(option, format!("{}: {e}", path.display())))?;
+    Certificate::parse_pem(&text).map_err(|e| BadInput::new(option, format!("{}: {e}", path.display())))
 }
 
 #[derive(Args, Debug)]
@@ -321,6 +367,10 @@ pub struct VmArgs {
     /// Boot through UEFI firmware (OVMF) instead of BIOS.
     #[arg(long)]
     uefi: bool,
+    /// Boot OVMF's Secure Boot build with these variables (keys enrolled,
+    /// e.g. by virt-fw-vars; copied, never modified). Implies --uefi.
+    #[arg(long, value_name = "VARS")]
+    secure_boot: Option<PathBuf>,
     /// Port on 127.0.0.1 forwarded to the guest's SSH [default: a free one].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     ssh_port: Option<u16>,
@@ -383,6 +433,8 @@ pub struct DiskArgs {
     /// A kernel argument after the commit's own; repeatable.
     #[arg(long = "karg", value_name = "ARG")]
     kargs: Vec<String>,
+    #[command(flatten)]
+    secure_boot: SecureBootArgs,
 }
 
 /// Parses the command line, runs it and maps the result to the exit code.
@@ -487,6 +539,7 @@ pub fn run(cli: Cli) -> Result<u8> {
 fn run_recipe(args: RecipeArgs, ui: Ui, json: bool) -> Result<u8> {
     let recipe = Recipe::load(&args.file)?;
     recipe.check_work_dir(&std::path::absolute(&args.work_dir)?)?;
+    let signing = args.secure_boot.load(recipe.secure_boot.as_ref())?;
     let cache_root = args.cache_dir.unwrap_or_else(Cache::default_root);
     let flags = remote::RemoteFlags {
         url: args.cache_remote,
@@ -531,6 +584,7 @@ fn run_recipe(args: RecipeArgs, ui: Ui, json: bool) -> Result<u8> {
             uefi: args.uefi,
         },
         compiler,
+        signing,
     };
     let mut report = PipelineReport::default();
     let result = pipeline::run(&ctx, args.until, &mut report);
@@ -592,6 +646,11 @@ fn run_boot(args: BootArgs, ui: &Ui, json: bool) -> Result<u8> {
 }
 
 fn run_publish(args: PublishArgs, ui: &Ui, json: bool) -> Result<u8> {
+    let expected = args
+        .secure_boot_cert
+        .as_deref()
+        .map(|path| load_certificate("--secure-boot-cert", path))
+        .transpose()?;
     let transport = crate::transport::open(&args.to)?;
     let options = publish::PublishOptions {
         refs: args.refs,
@@ -602,6 +661,7 @@ fn run_publish(args: PublishArgs, ui: &Ui, json: bool) -> Result<u8> {
         depth: args.depth,
         force: args.force,
         prune_unsigned_refs: args.prune_unsigned_refs,
+        secure_boot_cert: expected.as_ref(),
         after_phase: &|_| Ok(()),
     };
     let report = publish::publish(&args.repo, transport.as_ref(), &options, ui)?;
@@ -795,6 +855,7 @@ fn run_vm(args: VmArgs, ui: &Ui, json: bool) -> Result<u8> {
         host_ports: args.host_ports,
         overlay: args.overlay,
         dmi,
+        secure_boot_vars: args.secure_boot,
     };
     let report = vm::run(&args.disk, &options, ui)?;
     if json {
@@ -812,6 +873,7 @@ fn run_disk(args: DiskArgs, ui: &Ui, json: bool) -> Result<u8> {
         .as_deref()
         .map(|text| crate::recipe::syntax::disk_size(text).map_err(|e| BadInput::new("--size", e)))
         .transpose()?;
+    let signing = args.secure_boot.load(None)?;
     let remote = match (args.remote_url, args.remote_gpg_key) {
         (Some(url), Some(gpg_key)) => Some(Remote { url, gpg_key }),
         _ => None,
@@ -827,6 +889,7 @@ fn run_disk(args: DiskArgs, ui: &Ui, json: bool) -> Result<u8> {
         kargs: &args.kargs,
         epoch: source_date_epoch(),
         names: &InputNames::CLI,
+        signing: signing.as_ref(),
     };
     let out = disk::build(&request, ui)?;
     if json {

@@ -17,6 +17,7 @@ pub mod pipeline;
 pub mod qualify;
 pub mod recipe;
 pub mod sbom;
+pub mod secure_boot;
 pub mod stage;
 pub mod stages;
 pub mod tool;

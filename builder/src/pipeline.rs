@@ -1,7 +1,7 @@
 //! Chains the stages through the stage protocol (`crate::stage`): the list of
 //! stages and what each one is given, nothing else.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context as _, Result};
@@ -13,6 +13,7 @@ use crate::io::hashing::{sha256_file, sha256_hex, sha256_tree};
 use crate::ostree;
 use crate::recipe::{ConfigBase, Flavor, Recipe, RootfsBase};
 use crate::sbom::{self, image::WrittenSbom};
+use crate::secure_boot::SigningKey;
 use crate::stage::{Key, Outcome, Stage, StageReport, StageRun, record};
 use crate::stages::boot::{self, BootOptions, BootOutput};
 use crate::stages::commit::{self, CommitFacts, CommitOutput};
@@ -39,6 +40,8 @@ pub struct Context {
     pub boot: BootOptions,
     /// distcc, ccache and -j for the kernel build (not in any key).
     pub compiler: CompilerOptions,
+    /// The Secure Boot key the verify stage signs the proven kernel with.
+    pub signing: Option<SigningKey>,
 }
 
 impl Context {
@@ -95,6 +98,17 @@ fn kconfig_key(ctx: &Context, source: &SourceTree, toolchain: &str, make_env: &M
 pub struct VerifyOutput {
     pub evidence: Evidence,
     pub passed: bool,
+    /// The kernel signed for Secure Boot after the checks passed, when the
+    /// build has a key: what the rootfs and the live ISO carry.
+    #[serde(default)]
+    pub signed: Option<SignedImage>,
+}
+
+/// A kernel image signed by the gate.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SignedImage {
+    pub path: PathBuf,
+    pub sha256: String,
 }
 
 /// Runs the pipeline up to and including `until`.
@@ -145,15 +159,16 @@ pub fn run(ctx: &Context, until: Stage, report: &mut PipelineReport) -> Result<(
         return Ok(());
     }
 
-    let rootfs = stage_rootfs(ctx, report, &kernel)?;
+    let signed = verified.signed.as_ref();
+    let rootfs = stage_rootfs(ctx, report, &kernel, signed)?;
     if until == Stage::Rootfs {
         return Ok(());
     }
-    let committed = stage_commit(ctx, report, &fetched, &kernel, &rootfs, &verified.evidence)?;
+    let committed = stage_commit(ctx, report, &fetched, &kernel, &rootfs, &verified)?;
     if until == Stage::Commit {
         return Ok(());
     }
-    let (iso, live_insecure) = stage_iso(ctx, report, &fetched, &kernel)?;
+    let (iso, live_insecure) = stage_iso(ctx, report, &fetched, &kernel, signed)?;
     if until == Stage::Iso {
         return Ok(());
     }
@@ -222,10 +237,16 @@ fn stage_verify(
                 kconfig.requested, kconfig.preempt_rt
             ),
         )
-        .with("flavor", recipe.flavor.to_string());
+        .with("flavor", recipe.flavor.to_string())
+        .with(
+            "secure-boot cert",
+            ctx.signing
+                .as_ref()
+                .map_or("none".into(), |s| s.cert.fingerprint()),
+        );
     ctx.run(report, Stage::Verify)?.cached(
         &key,
-        |_| true,
+        |out: &VerifyOutput| out.signed.as_ref().is_none_or(|s| s.path.is_file()),
         |dir| {
             let mut evidence =
                 verify::check_artifacts(&kernel.bzimage, Some(&kernel.config), kernel.modules.as_deref())?;
@@ -245,14 +266,39 @@ fn stage_verify(
             if recipe.flavor == Flavor::Rt {
                 verify::gate("verify", &evidence, &required)?;
             }
-            Ok(VerifyOutput { evidence, passed })
+            let signed = sign_kernel(ctx, &kernel.bzimage, dir)?;
+            Ok(VerifyOutput {
+                evidence,
+                passed,
+                signed,
+            })
         },
     )
 }
 
-fn kernel_files(kernel: &KernelOutput) -> KernelFiles {
+/// Signs the kernel the checks just passed, when the build has a key; says
+/// so when it has none.
+fn sign_kernel(ctx: &Context, bzimage: &Path, dir: &Path) -> Result<Option<SignedImage>> {
+    let Some(signing) = &ctx.signing else {
+        ctx.ui.note(
+            "no Secure Boot key (secure-boot: or --secure-boot-key): this build's images will not boot with Secure Boot on",
+        );
+        return Ok(None);
+    };
+    let path = dir.join("vmlinuz.signed");
+    signing.sign(bzimage, &path, dir)?;
+    let sha256 = sha256_file(&path, None)?;
+    ctx.ui.note(format!(
+        "signed the proven kernel for Secure Boot: sha256 {sha256}, certificate sha256 {}",
+        signing.cert.fingerprint()
+    ));
+    Ok(Some(SignedImage { path, sha256 }))
+}
+
+/// The kernel files the images carry: the signed image when there is one.
+fn kernel_files(kernel: &KernelOutput, signed: Option<&SignedImage>) -> KernelFiles {
     KernelFiles {
-        bzimage: kernel.bzimage.clone(),
+        bzimage: signed.map_or_else(|| kernel.bzimage.clone(), |s| s.path.clone()),
         config: kernel.config.clone(),
         modules: kernel.modules.clone(),
         release: kernel.release.clone(),
@@ -275,6 +321,7 @@ fn stage_iso(
     report: &mut PipelineReport,
     fetched: &Fetched,
     kernel: &KernelOutput,
+    signed: Option<&SignedImage>,
 ) -> Result<(IsoOutput, Vec<String>)> {
     let recipe = &ctx.recipe;
     let live_rootfs = recipe
@@ -303,6 +350,7 @@ fn stage_iso(
     let live_base = rootfs::base::debian_key(&suite, "essential", &packages, None);
     let key = Key::new()
         .with("kernel", &kernel.key)
+        .with("signed kernel", signed.map_or("none", |s| s.sha256.as_str()))
         .with("base", &live_base)
         .with("jitter", sha256_file(&jitter, None)?)
         .with("live-rootfs", &live_rootfs_sha256)
@@ -329,7 +377,7 @@ fn stage_iso(
             suite: &suite,
             packages,
             live_rootfs: &live_rootfs,
-            kernel: &kernel_files(kernel),
+            kernel: &kernel_files(kernel, signed),
             kargs: &recipe.kernel.cmdline,
             ssh_authorized_keys: &recipe.live.ssh_authorized_keys,
             jitter: &jitter,
@@ -392,7 +440,12 @@ pub fn repo_path(ctx: &Context) -> PathBuf {
 /// Bumped when the composed layout changes, so old rootfs stamps go stale.
 const ROOTFS_FORMAT: &str = concat!("imgbuild ", env!("CARGO_PKG_VERSION"), " layout 1");
 
-fn stage_rootfs(ctx: &Context, report: &mut PipelineReport, kernel: &KernelOutput) -> Result<RootfsOutput> {
+fn stage_rootfs(
+    ctx: &Context,
+    report: &mut PipelineReport,
+    kernel: &KernelOutput,
+    signed: Option<&SignedImage>,
+) -> Result<RootfsOutput> {
     let recipe = &ctx.recipe;
     let base_key = match &recipe.rootfs.base {
         RootfsBase::Debian {
@@ -409,6 +462,7 @@ fn stage_rootfs(ctx: &Context, report: &mut PipelineReport, kernel: &KernelOutpu
     let mut key = Key::new()
         .with("base", &base_key)
         .with("kernel", &kernel.key)
+        .with("signed kernel", signed.map_or("none", |s| s.sha256.as_str()))
         .with_value("kargs", &recipe.kernel.cmdline)
         .with("flavor", recipe.flavor.to_string())
         .with("name", format!("{} {}", recipe.name, recipe.version))
@@ -431,12 +485,7 @@ fn stage_rootfs(ctx: &Context, report: &mut PipelineReport, kernel: &KernelOutpu
                 epoch,
                 &ctx.ui,
             )?;
-            let kernel_files = KernelFiles {
-                bzimage: kernel.bzimage.clone(),
-                config: kernel.config.clone(),
-                modules: kernel.modules.clone(),
-                release: kernel.release.clone(),
-            };
+            let kernel_files = kernel_files(kernel, signed);
             let info = BuildInfo {
                 name: recipe.name.clone(),
                 version: recipe.version.clone(),
@@ -506,7 +555,7 @@ fn stage_commit(
     fetched: &Fetched,
     kernel: &KernelOutput,
     rootfs: &RootfsOutput,
-    evidence: &Evidence,
+    verified: &VerifyOutput,
 ) -> Result<CommitOutput> {
     let recipe = &ctx.recipe;
     let rootfs_key = report.stages.last().map(|s| s.key.clone()).unwrap_or_default();
@@ -519,9 +568,14 @@ fn stage_commit(
         kernel_config_sha256: &kernel.config_sha256,
         kargs: &recipe.kernel.cmdline,
         recipe_sha256: &recipe.sha256,
-        evidence,
+        evidence: &verified.evidence,
         health: &recipe.health,
         sbom_sha256: Some(&sbom.sha256),
+        secure_boot: verified
+            .signed
+            .as_ref()
+            .zip(ctx.signing.as_ref())
+            .map(|(image, key)| (image.sha256.as_str(), &key.cert)),
     };
     let mut metadata = commit::metadata(&facts)?;
     let insecure = insecure_artifacts(ctx, kernel);
@@ -724,6 +778,7 @@ fn stage_disk(ctx: &Context, report: &mut PipelineReport, tagged: &TagOutput) ->
             kargs: &[],
             epoch: Some(recipe.source_date_epoch()),
             names: &InputNames::RECIPE,
+            signing: ctx.signing.as_ref(),
         };
         let out = disk::build(&request, &ctx.ui)?;
         if out.deployed.commit != tagged.commit {

@@ -16,6 +16,7 @@ use crate::commit::{self, BOOT_EVIDENCE};
 use crate::error::Refused;
 use crate::flavor::{Flavor, flavor_of_ref};
 use crate::ostree as ost;
+use crate::secure_boot::{self, Certificate};
 use crate::tree::{children, contents, entry_type};
 
 const MODULES_DIR: &str = "usr/lib/modules";
@@ -327,6 +328,57 @@ pub fn gate_commit_as(
     if let Err(refused) = gate(stage, &evidence, &kernel.required(true)) {
         problems.extend(refused.reasons);
     }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(refuse(problems))
+    }
+}
+
+/// The bytes of commit `rev`'s one `vmlinuz` (found as the gate finds it).
+pub fn committed_image(repo: &ostree::Repo, rev: &str) -> Result<Vec<u8>> {
+    let (root, checksum) = repo
+        .read_commit(rev, gio::Cancellable::NONE)
+        .with_context(|| format!("reading commit {rev}"))?;
+    let (_, dir) = kernel_dir(&root).with_context(|| format!("commit {checksum}"))?;
+    regular_file(&dir, "vmlinuz")?.context("vmlinuz vanished while reading the commit")
+}
+
+/// Refuses (exit 3, naming `stage` and what did not happen) a commit whose
+/// kernel would not boot under Secure Boot: one that records a signed
+/// kernel must hold exactly that image with a signature that verifies
+/// against the recorded certificate; with `expected` (the certificate the
+/// firmware trusts) the kernel must verify against it. A commit with no
+/// record passes when nothing is expected: it was built without a key.
+pub fn gate_signed_kernel(
+    repo: &ostree::Repo,
+    checksum: &str,
+    expected: Option<&Certificate>,
+    stage: &str,
+    consequence: &str,
+) -> Result<()> {
+    let info = ost::read_commit(repo, checksum)?;
+    let refuse = |reasons: Vec<String>| -> anyhow::Error {
+        Refused {
+            stage: stage.into(),
+            summary: format!("commit {checksum}'s kernel would not boot under Secure Boot; {consequence}"),
+            reasons,
+        }
+        .into()
+    };
+    let record = secure_boot::record_of(&info).map_err(|e| refuse(vec![format!("{e:#}")]))?;
+    if record.is_none() && expected.is_none() {
+        return Ok(());
+    }
+    let image = committed_image(repo, checksum)?;
+    let mut file = tempfile::NamedTempFile::new().context("a temporary file for the committed kernel")?;
+    std::io::Write::write_all(&mut file, &image)?;
+    let problems = secure_boot::kernel_problems(
+        file.path(),
+        &crate::io::sha256_hex(&image),
+        record.as_ref(),
+        expected,
+    )?;
     if problems.is_empty() {
         Ok(())
     } else {

@@ -28,6 +28,7 @@ pub mod paths;
 pub mod policy;
 pub mod provision;
 pub mod secrets;
+pub mod secure_boot;
 pub mod syntax;
 pub mod tree;
 pub mod yaml;

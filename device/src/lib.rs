@@ -6,6 +6,8 @@
 //!   before SSH starts. It reads the configuration medium, sets the hostname,
 //!   root's SSH keys and the update remote, and for `flavor: rt` resolves,
 //!   verifies ON THE DEVICE and deploys the RT commit, or refuses and says why.
+//! - [`secure_boot`]: with the firmware's Secure Boot on, provisioning and
+//!   upgrades refuse a commit whose kernel no `db` certificate signed.
 //! - [`status`], [`upgrade`], [`rollback`]: `emberrtos-update` (a link to the
 //!   same binary) over the deployments libostree keeps.
 //! - [`rt_run`]: `emberrtos-rt-run` (another link), a container on one
@@ -27,6 +29,7 @@ mod provision;
 mod record;
 mod rollback;
 mod rt_run;
+mod secure_boot;
 mod status;
 mod system;
 mod upgrade;

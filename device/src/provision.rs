@@ -11,7 +11,8 @@
 //!    verified;
 //! 2. verify it here, with the same gate `publish` uses: the commit's
 //!    evidence and its own vmlinuz header, build string and config must show
-//!    PREEMPT_RT;
+//!    PREEMPT_RT; and with the firmware's Secure Boot on, its vmlinuz must be
+//!    signed by a certificate in the firmware's `db`;
 //! 3. deploy it as the default in one ostree transaction, the current
 //!    deployment kept for rollback, then reboot.
 //!
@@ -29,6 +30,7 @@ use super::deploy::{self, refspec_for};
 use super::identity;
 use super::medium::Medium;
 use super::record::{self, Record, Status};
+use super::secure_boot;
 use super::system::{Access, System};
 use crate::machine;
 use emberrtos_contract::error::{Refused, exit};
@@ -262,14 +264,13 @@ fn provision_rt(system: &System) -> Result<RtDone, RtError> {
     };
     let (checksum, pulled) =
         resolve_rt(&repo, &rt_ref, remote.as_deref(), system.live).map_err(|r| refuse(r, None))?;
-    if let Err(e) = gate_commit_as(&repo, &rt_ref, &checksum, "provision", "not deployed") {
+    if let Err(reason) = verify(system, &repo, &rt_ref, &checksum) {
         if pulled && let Some(remote) = &remote {
             // The refused commit does not stay behind as the remote's current RT ref.
             let _ = repo.set_ref_immediate(Some(remote), &rt_ref, None, ostree::gio::Cancellable::NONE);
         }
-        return Err(refuse(verify_reason(&e), Some(&checksum)));
+        return Err(refuse(reason, Some(&checksum)));
     }
-    println!("{rt_ref}: commit {checksum} verified on this device: PREEMPT_RT");
     let done = |deployed| RtDone {
         commit: checksum.clone(),
         ref_name: rt_ref.clone(),
@@ -349,6 +350,28 @@ fn wait_for_network() {
         let _ = std::process::Command::new(WAIT_ONLINE)
             .args(["--any", &format!("--timeout={SECONDS}")])
             .status();
+    }
+}
+
+/// The checks a commit passes on this device before it is deployed: the RT
+/// gate, then the firmware's Secure Boot `db`. The error is the refusal's reason.
+fn verify(system: &System, repo: &ostree::Repo, rt_ref: &str, checksum: &str) -> Result<(), String> {
+    gate_commit_as(repo, rt_ref, checksum, "provision", "not deployed").map_err(|e| verify_reason(&e))?;
+    println!("{rt_ref}: commit {checksum} verified on this device: PREEMPT_RT");
+    let efivars = secure_boot::efivars(system);
+    secure_boot::require_trusted_kernel(repo, checksum, &efivars, "provision", "not deployed")
+        .map_err(|e| secure_boot_reason(&e))
+}
+
+/// The reason of a Secure Boot refusal: `secure-boot: <summary> (<reasons>)`.
+fn secure_boot_reason(error: &anyhow::Error) -> String {
+    match error.downcast_ref::<Refused>() {
+        Some(refused) => format!(
+            "secure-boot: {} ({})",
+            refused.summary,
+            refused.reasons.join("; ")
+        ),
+        None => format!("secure-boot: {error:#}"),
     }
 }
 

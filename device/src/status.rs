@@ -1,5 +1,6 @@
 //! `emberrtos-update status`: the deployments, default first, each with its
-//! role (booted, pending, rollback), origin, version and flavor.
+//! role (booted, pending, rollback), origin, version and flavor, and whether
+//! the firmware has Secure Boot on.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -9,6 +10,7 @@ use serde::Serialize;
 
 use super::health::record::{Entry, HealthRecord, State};
 use super::health::trial::deployment_id;
+use super::secure_boot;
 use super::system::{Access, System};
 use emberrtos_contract::commit::key;
 use emberrtos_contract::flavor::Flavor;
@@ -33,6 +35,9 @@ pub struct DeploymentStatus {
     pub kernel: Option<String>,
     /// Its entry in `/var/lib/emberrtos/health.json`, if any.
     pub health: Option<Entry>,
+    /// The firmware's Secure Boot state (the same on every deployment: the
+    /// JSON stays one array of deployments).
+    pub secure_boot: secure_boot::Status,
 }
 
 /// The role of deployment `index` given where the current (booted) one is.
@@ -48,7 +53,7 @@ pub fn role(index: usize, current: Option<usize>, live: bool) -> &'static str {
     }
 }
 
-pub fn collect(system: &System) -> Vec<DeploymentStatus> {
+pub fn collect(system: &System, secure_boot: &secure_boot::Status) -> Vec<DeploymentStatus> {
     let repo = system.repo();
     let deployments = system.sysroot.deployments();
     let current = deployments.iter().position(|d| d.equal(&system.current));
@@ -77,6 +82,7 @@ pub fn collect(system: &System) -> Vec<DeploymentStatus> {
                 version: meta(key::VERSION),
                 kernel: meta(key::KERNEL_RELEASE),
                 health: health.deployments.get(&deployment_id(d)).cloned(),
+                secure_boot: secure_boot.clone(),
                 checksum,
             }
         })
@@ -116,6 +122,11 @@ pub fn render(statuses: &[DeploymentStatus]) -> String {
     out
 }
 
+/// The firmware's Secure Boot line: `secure boot: on`, `secure boot: off (why)`.
+pub fn render_secure_boot(status: &secure_boot::Status) -> String {
+    format!("secure boot: {status}\n")
+}
+
 /// The deployments this device rolled back by itself, one line each.
 pub fn render_rolled_back(record: &HealthRecord) -> String {
     record
@@ -128,11 +139,13 @@ pub fn render_rolled_back(record: &HealthRecord) -> String {
 
 pub fn run(sysroot: &Path, json: bool) -> Result<u8> {
     let system = System::open(sysroot, Access::Read)?;
-    let statuses = collect(&system);
+    let secure_boot = secure_boot::Status::of(secure_boot::read_state(&secure_boot::efivars(&system)));
+    let statuses = collect(&system, &secure_boot);
     if json {
         println!("{}", serde_json::to_string_pretty(&statuses)?);
     } else {
         print!("{}", render(&statuses));
+        print!("{}", render_secure_boot(&secure_boot));
         print!(
             "{}",
             render_rolled_back(&HealthRecord::load_readonly(&system.var))
@@ -159,5 +172,20 @@ mod tests {
         );
         assert_eq!(role(0, Some(0), false), "current");
         assert_eq!(role(0, None, true), "");
+    }
+
+    #[test]
+    fn the_secure_boot_line_says_on_or_why_off() {
+        let on = secure_boot::Status::of(Ok(secure_boot::State::On));
+        assert_eq!(render_secure_boot(&on), "secure boot: on\n");
+        let off = secure_boot::Status::of(Ok(secure_boot::State::Off("no SecureBoot variable in /x".into())));
+        assert_eq!(
+            render_secure_boot(&off),
+            "secure boot: off (no SecureBoot variable in /x)\n"
+        );
+        assert_eq!(
+            serde_json::to_value(&off).unwrap(),
+            serde_json::json!({"state": "off", "detail": "no SecureBoot variable in /x"})
+        );
     }
 }

@@ -1,9 +1,11 @@
 //! `emberrtos-update upgrade`: pulls the ref the booted deployment tracks
 //! from its remote (GPG verified; a static delta when the remote has one),
 //! refuses (exit 3) while a trial is in progress, a commit older than the
-//! booted one, one this device rolled back, or, on an `rt` ref, one that
-//! fails the RT gate on this device, then deploys it as the default
-//! with recomputed kernel arguments and reboots unless told not to.
+//! booted one, one this device rolled back, on an `rt` ref one that fails
+//! the RT gate on this device, or, with the firmware's Secure Boot on, one
+//! whose kernel no certificate in the firmware's `db` signed; then deploys it
+//! as the default with recomputed kernel arguments and reboots unless told
+//! not to.
 
 use std::path::Path;
 
@@ -11,6 +13,7 @@ use anyhow::{Context, Result};
 
 use super::deploy::{self, refspec_for};
 use super::health::{self, record::HealthRecord};
+use super::secure_boot;
 use super::system::{Access, System};
 use crate::machine;
 use emberrtos_contract::error::{Refused, exit};
@@ -58,6 +61,13 @@ pub fn run(sysroot: &Path, no_reboot: bool) -> Result<u8> {
     })?;
     refuse_rolled_back(&system, &pulled.checksum)?;
     gate_commit_as(&repo, &ref_name, &pulled.checksum, "update", "not deployed")?;
+    secure_boot::require_trusted_kernel(
+        &repo,
+        &pulled.checksum,
+        &secure_boot::efivars(&system),
+        "update",
+        "not deployed",
+    )?;
     deploy::deploy_commit(&system, &pulled.checksum, &refspec_for(Some(&remote), &ref_name))?;
     println!(
         "deployed {} as the default; {current} is kept for `emberrtos-update rollback`",

@@ -4,6 +4,8 @@
 //! signed records (qualifications, promotions), then refs, then the
 //! (signed) summary. Every file is written to a temp name and renamed.
 
+use emberrtos_contract::gate::gate_signed_kernel;
+use emberrtos_contract::secure_boot::Certificate;
 use std::collections::BTreeSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -70,6 +72,11 @@ pub struct PublishOptions<'a> {
     /// Remove the refs the destination serves whose commits the GPG key did
     /// not sign, instead of refusing to publish (exit 3).
     pub prune_unsigned_refs: bool,
+    /// The certificate the devices' firmware trusts: every published
+    /// kernel must verify against it (exit 3 otherwise). Without it, a
+    /// commit that records a signed kernel must still hold that image,
+    /// validly signed.
+    pub secure_boot_cert: Option<&'a Certificate>,
     /// Called after each phase completes; an error stops the publish there
     /// (the tests use it to interrupt a publish between phases).
     pub after_phase: &'a dyn Fn(Phase) -> Result<()>,
@@ -396,7 +403,7 @@ fn plan_ref(
     let commit = ost::resolve(repo, ref_name)?
         .with_context(|| format!("{} has no ref {ref_name}", source.display()))?;
     let info = ost::read_commit(repo, &commit)?;
-    gate_ref(repo, ref_name, &commit)?;
+    gate_ref(repo, ref_name, &commit, options.secure_boot_cert)?;
     let version = info
         .metadata
         .get(commit::key::VERSION)
@@ -416,7 +423,7 @@ fn plan_ref(
             remote_version.as_deref().unwrap_or(""),
         )?;
     }
-    let parents = local_parents(repo, ref_name, &info, options.depth, ui)?;
+    let parents = local_parents(repo, ref_name, &info, options, ui)?;
     Ok(Plan {
         ref_name: ref_name.to_string(),
         commit,
@@ -441,12 +448,12 @@ fn require_newer(ref_name: &str, version: &str, remote_commit: &str, remote_vers
     Ok(())
 }
 
-/// The publish gate of one commit of a ref. The integrator swaps in the gate
-/// that re-verifies the kernel inside the commit and takes the flavor from
-/// the ref's name.
-fn gate_ref(repo: &ostree::Repo, ref_name: &str, commit: &str) -> Result<()> {
+/// The publish gate of one commit of a ref: the RT gate (the kernel inside
+/// the commit re-verified, the flavor from the ref's name), then the
+/// Secure Boot signature of that kernel.
+fn gate_ref(repo: &ostree::Repo, ref_name: &str, commit: &str, expected: Option<&Certificate>) -> Result<()> {
     crate::stages::verify::gate_commit_for_ref(repo, ref_name, commit)?;
-    Ok(())
+    gate_signed_kernel(repo, commit, expected, "publish", "not published")
 }
 
 /// Up to `depth` parents of the tip, newest first: those the local repo holds
@@ -455,9 +462,10 @@ fn local_parents(
     repo: &ostree::Repo,
     ref_name: &str,
     tip: &ost::CommitInfo,
-    depth: usize,
+    options: &PublishOptions,
     ui: &Ui,
 ) -> Result<Vec<String>> {
+    let depth = options.depth;
     let mut parents = Vec::new();
     let mut next = tip.parent.clone();
     while let Some(parent) = next.take()
@@ -473,7 +481,7 @@ fn local_parents(
             }
         }
         let info = ost::read_commit(repo, &parent)?;
-        if let Err(e) = gate_ref(repo, ref_name, &parent) {
+        if let Err(e) = gate_ref(repo, ref_name, &parent, options.secure_boot_cert) {
             ui.note(format!(
                 "{ref_name}: history ends at {parent}, which the gate refuses: {e:#}"
             ));

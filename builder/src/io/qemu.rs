@@ -16,6 +16,8 @@ use emberrtos_contract::error::MissingTool;
 pub const QEMU: &str = "qemu-system-x86_64";
 pub const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
 pub const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
+/// OVMF built with Secure Boot (and SMM, which guards its variables).
+pub const OVMF_CODE_SECURE_BOOT: &str = "/usr/share/OVMF/OVMF_CODE_4M.secboot.fd";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
@@ -44,6 +46,48 @@ pub fn pflash_args(vars: &Path) -> Vec<String> {
         "-drive".into(),
         format!("if=pflash,format=raw,file={}", escape(vars)),
     ]
+}
+
+/// [`pflash_args`] for OVMF's Secure Boot build: its code, the variables
+/// (holding the enrolled keys), and the flash only SMM may write.
+pub fn secure_boot_pflash_args(vars: &Path) -> Vec<String> {
+    vec![
+        "-global".into(),
+        "driver=cfi.pflash01,property=secure,value=on".into(),
+        "-drive".into(),
+        format!(
+            "if=pflash,format=raw,readonly=on,file={}",
+            escape(Path::new(OVMF_CODE_SECURE_BOOT))
+        ),
+        "-drive".into(),
+        format!("if=pflash,format=raw,file={}", escape(vars)),
+    ]
+}
+
+/// Copies `vars` (OVMF variables with Secure Boot keys enrolled, e.g. by
+/// virt-fw-vars) into `dir`: the guest writes its copy, never the original.
+pub fn copy_secure_boot_vars(vars: &Path, dir: &Path) -> Result<PathBuf> {
+    if !Path::new(OVMF_CODE_SECURE_BOOT).is_file() {
+        return Err(MissingTool {
+            tool: OVMF_CODE_SECURE_BOOT.into(),
+            package: "ovmf".into(),
+        }
+        .into());
+    }
+    let expected = std::fs::metadata(OVMF_VARS).map(|m| m.len()).ok();
+    let size = std::fs::metadata(vars)
+        .with_context(|| format!("the Secure Boot variables {}", vars.display()))?
+        .len();
+    if expected.is_some_and(|expected| expected != size) {
+        anyhow::bail!(
+            "{} is {size} bytes, not an OVMF 4M variable store ({} bytes, like {OVMF_VARS})",
+            vars.display(),
+            expected.unwrap_or_default()
+        );
+    }
+    let copy = dir.join("OVMF_VARS_4M.secboot.fd");
+    std::fs::copy(vars, &copy).with_context(|| format!("copying {}", vars.display()))?;
+    Ok(copy)
 }
 
 /// Copies the OVMF variables into `dir` (the guest writes them) and returns

@@ -27,7 +27,7 @@ use emberrtos_contract::policy::HealthPolicy;
 pub use emberrtos_contract::yaml::{Locations, Position, fmt_field_error, locate, split_yaml_error};
 pub use schema::{
     DiskFormat, Flavor, RawCcache, RawDevice, RawDisk, RawDistcc, RawHealth, RawKernel, RawKernelBuild,
-    RawLive, RawOstree, RawRecipe, RawRemote, RawRootfs, RawRootfsBase, RawRt, RawSource,
+    RawLive, RawOstree, RawRecipe, RawRemote, RawRootfs, RawRootfsBase, RawRt, RawSecureBoot, RawSource,
 };
 use sections::Validator;
 
@@ -170,6 +170,13 @@ pub struct Disk {
     pub remote: Option<Remote>,
 }
 
+/// The Secure Boot key and certificate files (`secure-boot:`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SecureBootFiles {
+    pub key: PathBuf,
+    pub cert: PathBuf,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct Recipe {
     /// The recipe file as given.
@@ -193,6 +200,7 @@ pub struct Recipe {
     pub health: HealthPolicy,
     pub live: Live,
     pub disk: Option<Disk>,
+    pub secure_boot: Option<SecureBootFiles>,
     #[serde(skip)]
     pub raw: RawRecipe,
     #[serde(skip)]
@@ -282,6 +290,7 @@ impl Recipe {
             )?,
             live: sections::live(&v, raw.live.as_ref())?,
             disk: sections::disk(&v, raw.disk.as_ref())?,
+            secure_boot: sections::secure_boot(&v, raw.secure_boot.as_ref())?,
             dir: dir.clone(),
             raw,
             locations,

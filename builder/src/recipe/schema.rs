@@ -28,6 +28,9 @@ pub struct RawRecipe {
     pub live: Option<RawLive>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk: Option<RawDisk>,
+    /// The Secure Boot key and certificate the gate signs with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secure_boot: Option<RawSecureBoot>,
 }
 
 /// Where an input tarball comes from: exactly one of `url`, `path`, `debian`.
@@ -227,6 +230,16 @@ pub struct RawDisk {
     pub embed: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote: Option<RawRemote>,
+}
+
+/// `secure-boot:`: PEM files, relative to the recipe.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RawSecureBoot {
+    /// The private key (readable by its owner only).
+    pub key: String,
+    /// Its X.509 certificate: what the firmware enrolls.
+    pub cert: String,
 }
 
 /// The device's ostree remote.

@@ -13,7 +13,7 @@ use super::{
     RawLive, RawOstree, RawRecipe, RawRootfs, RawRootfsBase, RawRt, RawSource, RecipeError, Remote, Rootfs,
     RootfsBase, Source, normalize,
 };
-use super::{RawCcache, RawDistcc, RawKernelBuild};
+use super::{RawCcache, RawDistcc, RawKernelBuild, RawSecureBoot, SecureBootFiles};
 use crate::io::hashing::is_sha256_hex;
 use emberrtos_contract::policy::{self, HealthPolicy};
 
@@ -453,4 +453,19 @@ pub(super) fn disk(v: &Validator, rd: Option<&RawDisk>) -> Result<Option<Disk>, 
         embed: rd.embed.clone(),
         remote,
     }))
+}
+
+/// `secure-boot:`: the key and certificate, resolved against the recipe
+/// (checked when the build starts, see [`crate::secure_boot::SigningKey`]).
+pub(super) fn secure_boot(
+    v: &Validator,
+    raw: Option<&RawSecureBoot>,
+) -> Result<Option<SecureBootFiles>, RecipeError> {
+    raw.map(|raw| {
+        Ok(SecureBootFiles {
+            key: v.resolve("secure-boot.key", &raw.key)?,
+            cert: v.resolve("secure-boot.cert", &raw.cert)?,
+        })
+    })
+    .transpose()
 }

@@ -12,6 +12,7 @@ use crate::recipe::Flavor;
 use crate::sbom::image::WrittenSbom;
 pub use emberrtos_contract::commit::{BOOT_EVIDENCE, evidence_of, full_evidence, kargs_of, key};
 use emberrtos_contract::policy::HealthPolicy;
+use emberrtos_contract::secure_boot::{Certificate, key as sb_key};
 
 /// The facts a commit records.
 #[derive(Clone, Debug)]
@@ -28,6 +29,8 @@ pub struct CommitFacts<'a> {
     pub health: &'a HealthPolicy,
     /// The sha256 of the SBOM written into the tree.
     pub sbom_sha256: Option<&'a str>,
+    /// The signed kernel's sha256 and the certificate that signed it.
+    pub secure_boot: Option<(&'a str, &'a Certificate)>,
 }
 
 /// Builds the commit metadata (pure).
@@ -55,6 +58,11 @@ pub fn metadata(facts: &CommitFacts) -> Result<Metadata> {
     put(key::HEALTH, MetaValue::Str(facts.health.to_json()));
     if let Some(sbom_sha256) = facts.sbom_sha256 {
         put(key::SBOM_SHA256, MetaValue::Str(sbom_sha256.into()));
+    }
+    if let Some((kernel_sha256, cert)) = facts.secure_boot {
+        put(sb_key::KERNEL_SHA256, MetaValue::Str(kernel_sha256.into()));
+        put(sb_key::CERT_SHA256, MetaValue::Str(cert.fingerprint()));
+        put(sb_key::CERTIFICATE, MetaValue::Str(cert.pem()));
     }
     for check in &facts.evidence.checks {
         put(
@@ -251,6 +259,7 @@ mod tests {
             evidence: &evidence,
             health: &health,
             sbom_sha256: Some(&sbom),
+            secure_boot: None,
         };
         let metadata = metadata(&facts).unwrap();
         assert_eq!(key::HEALTH, "imgbuild.health");

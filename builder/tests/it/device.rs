@@ -119,6 +119,7 @@ fn commit_build(repo: &Path, ref_name: &str, build: &Build, key: Option<&GpgKey>
         evidence: &evidence,
         health: &emberrtos_contract::policy::HealthPolicy::default(),
         sbom_sha256: None,
+        secure_boot: None,
     })
     .unwrap();
     let repository = ost::open_or_create(repo).unwrap();

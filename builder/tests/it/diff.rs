@@ -82,6 +82,7 @@ fn commit_with_sbom(repo: &Path, tree: &Path, kargs: &[String]) -> String {
         evidence: &Kernel::Rt.evidence(),
         health: &emberrtos_contract::policy::HealthPolicy::default(),
         sbom_sha256: Some(&written.sha256),
+        secure_boot: None,
     })
     .unwrap();
     commit::commit(repo, REF, tree, &metadata, "emberrtos", 1_764_460_800)
@@ -302,6 +303,7 @@ fn inspect_checks_the_sbom_against_the_metadata() {
         evidence: &Kernel::Rt.evidence(),
         health: &emberrtos_contract::policy::HealthPolicy::default(),
         sbom_sha256: Some(&recorded),
+        secure_boot: None,
     })
     .unwrap();
     let bad = commit::commit(&c.repo, "other", &tampered, &metadata, "bad", 1)

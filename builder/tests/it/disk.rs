@@ -66,6 +66,7 @@ fn commit_ref(repo: &Path, dir: &Path, ref_name: &str, flavor: Flavor, kernel: K
         evidence: &kernel.evidence(),
         health: &emberrtos_contract::policy::HealthPolicy::default(),
         sbom_sha256: None,
+        secure_boot: None,
     })
     .unwrap();
     let out = commit::commit(repo, ref_name, &tree, &metadata, "emberrtos", 1_764_460_800).unwrap();

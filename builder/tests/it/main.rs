@@ -23,4 +23,5 @@ mod publish;
 mod qualify;
 mod rootfs;
 mod secrets;
+mod secure_boot;
 mod vm;

@@ -78,6 +78,7 @@ fn metadata(flavor: Flavor, evidence: &rtcheck::Evidence) -> ost::Metadata {
         evidence,
         health: &emberrtos_contract::policy::HealthPolicy::default(),
         sbom_sha256: None,
+        secure_boot: None,
     })
     .unwrap()
 }

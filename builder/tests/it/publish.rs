@@ -116,6 +116,7 @@ fn build(repo: &Path, tree: &Path, version: &str, key: &GpgKey, evidence: &rtche
         evidence,
         health: &emberrtos_contract::policy::HealthPolicy::default(),
         sbom_sha256: None,
+        secure_boot: None,
     })
     .unwrap();
     // Each build is a day newer: `ostree admin upgrade` refuses to go back in time.
@@ -157,6 +158,7 @@ fn do_publish(
             depth: 5,
             force: false,
             prune_unsigned_refs: false,
+            secure_boot_cert: None,
             after_phase: after,
         },
         &Ui::plain(),
@@ -578,6 +580,7 @@ fn refuses_rt_without_evidence_and_old_versions() {
         evidence: &broken,
         health: &emberrtos_contract::policy::HealthPolicy::default(),
         sbom_sha256: None,
+        secure_boot: None,
     })
     .unwrap();
     // ... on a tree whose kernel is generic.
@@ -619,6 +622,7 @@ fn refuses_rt_without_evidence_and_old_versions() {
             depth: 5,
             force: true,
             prune_unsigned_refs: false,
+            secure_boot_cert: None,
             after_phase: &ok,
         },
         &Ui::plain(),
@@ -706,6 +710,7 @@ fn earlier_commits_are_published_and_pulled_by_checksum_up_to_depth() {
                 depth,
                 force: false,
                 prune_unsigned_refs: false,
+                secure_boot_cert: None,
                 after_phase: &ok,
             },
             &Ui::plain(),
@@ -1000,6 +1005,7 @@ fn publish_through(f: &Fixture, transport: &dyn Transport) -> anyhow::Result<Pub
             depth: 5,
             force: false,
             prune_unsigned_refs: false,
+            secure_boot_cert: None,
             after_phase: &ok,
         },
         &Ui::plain(),
@@ -1211,6 +1217,7 @@ fn publish_pruning(
             depth: 5,
             force: false,
             prune_unsigned_refs: prune,
+            secure_boot_cert: None,
             after_phase: after,
         },
         &Ui::plain(),

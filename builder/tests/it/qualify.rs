@@ -143,6 +143,7 @@ fn rt_metadata() -> ost::Metadata {
         evidence: &Kernel::Rt.evidence(),
         health: &emberrtos_contract::policy::HealthPolicy::default(),
         sbom_sha256: None,
+        secure_boot: None,
     })
     .unwrap()
 }

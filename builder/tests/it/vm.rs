@@ -30,6 +30,7 @@ fn plan() -> QemuPlan {
         host_ports: vec![],
         relay: PathBuf::from("/bin/busybox"),
         dmi: Dmi::default(),
+        secure_boot: false,
     }
 }
 

@@ -70,6 +70,9 @@ pub struct VmOptions {
     pub overlay: Option<PathBuf>,
     /// The guest's own SMBIOS identity (`--dmi`); empty: QEMU's defaults.
     pub dmi: Dmi,
+    /// OVMF variables with Secure Boot keys enrolled: the guest boots
+    /// OVMF's Secure Boot build with a private copy of them (implies UEFI).
+    pub secure_boot_vars: Option<PathBuf>,
 }
 
 /// Everything the QEMU command line names, resolved.
@@ -89,6 +92,8 @@ pub struct QemuPlan {
     pub relay: PathBuf,
     /// The SMBIOS identity, one `-smbios` per structure it touches.
     pub dmi: Dmi,
+    /// OVMF's Secure Boot build (with SMM) instead of the plain one.
+    pub secure_boot: bool,
 }
 
 /// The address at which the guest reaches a forwarded host port. Not
@@ -121,7 +126,7 @@ pub fn qemu_args(plan: &QemuPlan) -> Vec<String> {
     args.extend(
         [
             "-machine",
-            "q35",
+            if plan.secure_boot { "q35,smm=on" } else { "q35" },
             "-m",
             &plan.memory_mib.to_string(),
             "-smp",
@@ -152,7 +157,11 @@ pub fn qemu_args(plan: &QemuPlan) -> Vec<String> {
         args.extend(["-smbios".to_string(), option]);
     }
     if let Some(vars) = &plan.ovmf_vars {
-        args.extend(qemu::pflash_args(vars));
+        args.extend(if plan.secure_boot {
+            qemu::secure_boot_pflash_args(vars)
+        } else {
+            qemu::pflash_args(vars)
+        });
     }
     if let Some(medium) = &plan.config_medium {
         args.extend(
@@ -475,10 +484,13 @@ pub fn run(disk: &Path, options: &VmOptions, ui: &Ui) -> Result<VmReport> {
             overlay
         }
     };
-    let ovmf_vars = options
-        .uefi
-        .then(|| qemu::copy_ovmf_vars(scratch.path()))
-        .transpose()?;
+    let ovmf_vars = match &options.secure_boot_vars {
+        Some(vars) => Some(qemu::copy_secure_boot_vars(vars, scratch.path())?),
+        None => options
+            .uefi
+            .then(|| qemu::copy_ovmf_vars(scratch.path()))
+            .transpose()?,
+    };
     let ssh_port = match options.ssh_port {
         Some(port) => port,
         None => free_loopback_port()?,
@@ -495,6 +507,7 @@ pub fn run(disk: &Path, options: &VmOptions, ui: &Ui) -> Result<VmReport> {
         host_ports: options.host_ports.clone(),
         relay: crate::stages::rootfs::static_busybox()?,
         dmi: options.dmi.clone(),
+        secure_boot: options.secure_boot_vars.is_some(),
     };
     let args = qemu_args(&plan);
     let stderr_log = scratch.path().join("qemu.stderr");
@@ -502,7 +515,11 @@ pub fn run(disk: &Path, options: &VmOptions, ui: &Ui) -> Result<VmReport> {
     let started = Instant::now();
     let mut guest = Guest::spawn(&args, &scratch.path().join("qemu.stdout"), &stderr_log)?;
     let pid = guest.pid();
-    let firmware = if options.uefi { "uefi" } else { "bios" };
+    let firmware = match (&options.secure_boot_vars, options.uefi) {
+        (Some(_), _) => "uefi, secure boot",
+        (None, true) => "uefi",
+        (None, false) => "bios",
+    };
     ui.step(
         "vm",
         format!(
@@ -515,7 +532,7 @@ pub fn run(disk: &Path, options: &VmOptions, ui: &Ui) -> Result<VmReport> {
     ui.note(ssh_command(ssh_port));
     ui.note(format!("console: {}", console.display()));
     ui.note(format!("qemu pid: {pid}"));
-    for option in smbios_options(&plan.dmi, options.uefi) {
+    for option in smbios_options(&plan.dmi, plan.ovmf_vars.is_some()) {
         ui.note(format!("smbios: {option}"));
     }
     for port in &plan.host_ports {
@@ -784,6 +801,7 @@ mod tests {
             host_ports,
             relay: "/bin/busy,box".into(),
             dmi: Dmi::default(),
+            secure_boot: false,
         }
     }
 

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
+use crate::secure_boot::SigningKey;
 use crate::tool;
 use emberrtos_contract::boot::{FALLBACK, TRIAL_VAR, TRIES_VAR};
 
@@ -75,9 +76,14 @@ fn countdown() -> String {
 /// be written (a try that is not counted must not be taken), GRUB boots
 /// entry 1 and leaves `fallback` for `emberrtos-health` to act on.
 pub fn esp_grub_cfg(boot_uuid: &str) -> String {
+    menu_cfg(boot_uuid, "$prefix/grubenv", "")
+}
+
+/// [`esp_grub_cfg`] with the environment block at `env` and `prelude` first.
+fn menu_cfg(boot_uuid: &str, env: &str, prelude: &str) -> String {
     format!(
         "\
-# Written by imgbuild disk. GRUB finds /boot by its UUID and runs the menu
+{prelude}# Written by imgbuild disk. GRUB finds /boot by its UUID and runs the menu
 # that ostree maintains there: /boot/loader is ostree's symlink to
 # loader.0 or loader.1, swapped atomically by every deploy.
 serial --unit=0 --speed=115200
@@ -88,18 +94,18 @@ set timeout=1
 # {TRIES_VAR} tries, counted down here, before GRUB boots the previous one.
 set {TRIAL_VAR}=
 set {TRIES_VAR}=
-load_env --file $prefix/grubenv {TRIAL_VAR} {TRIES_VAR}
+load_env --file {env} {TRIAL_VAR} {TRIES_VAR}
 set emberrtos_entry=0
 if [ \"${TRIAL_VAR}\" = 1 ]; then
 {countdown}  if [ \"${TRIAL_VAR}\" = 1 ]; then
-    if save_env --file $prefix/grubenv {TRIES_VAR}; then
+    if save_env --file {env} {TRIES_VAR}; then
       echo \"EmberRTOS: trial boot of the new deployment, ${TRIES_VAR} tries left\"
     else
       echo \"EmberRTOS: the try cannot be counted (grubenv not writable): booting the previous deployment\"
       set emberrtos_entry=1
     fi
   else
-    save_env --file $prefix/grubenv {TRIAL_VAR}
+    save_env --file {env} {TRIAL_VAR}
   fi
 fi
 if [ \"${TRIAL_VAR}\" = {FALLBACK} ]; then
@@ -221,6 +227,142 @@ pub fn check_menu(menu: &str, kargs: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+// ---- Secure Boot: firmware → shim → GRUB → kernel, each signed by the gate. ----
+//
+// Debian 12's GRUB verifies a kernel only through shim's shim-lock protocol
+// (without shim, a GRUB built with --disable-shim-lock boots any kernel), so
+// the chain is Debian's own shim (shim-unsigned, signed here with the
+// gate's key) → a GRUB image signed with the same key, holding its modules
+// and its menu (lockdown loads nothing from disk) → the kernel, which GRUB
+// hands to shim: shim accepts it only when it verifies against the
+// firmware's db (the gate's certificate) or shim's built-in Debian CA,
+// which the firmware's dbx must revoke (see docs/ARCHITECTURE.md).
+
+/// Debian's shim, unsigned (package shim-unsigned).
+pub const SHIM_UNSIGNED: &str = "/usr/lib/shim/shimx64.efi";
+/// The name shim loads its second stage by, beside itself.
+pub const SECOND_STAGE: &str = "grubx64.efi";
+/// The id of the menu entry GRUB falls back to when a kernel is refused.
+const REFUSED_ENTRY: &str = "emberrtos-refused";
+
+/// Built into the signed image besides [`CORE_MODULES`]: Debian's `linux`
+/// hands Secure Boot kernels to `linuxefi`; the menu lives in a memdisk.
+const SECURE_MODULES: &[&str] = &["linuxefi", "memdisk", "tar", "gfxterm", "font"];
+
+/// The SBAT section of the GRUB image: the generations of Debian's own
+/// signed build of this GRUB (grub-efi-amd64-signed 2.06-13+deb12u2), which
+/// shim compares with its revocation level.
+pub fn sbat_csv(grub_version: &str) -> String {
+    format!(
+        "sbat,1,SBAT Version,sbat,1,https://github.com/rhboot/shim/blob/main/SBAT.md\n\
+         grub,5,Free Software Foundation,grub,2.06,https://www.gnu.org/software/grub/\n\
+         grub.debian,5,Debian,grub2,{grub_version},https://tracker.debian.org/pkg/grub2\n\
+         grub.debian12,1,Debian,grub2,{grub_version},https://tracker.debian.org/pkg/grub2\n"
+    )
+}
+
+/// The menu built into the signed GRUB image: [`esp_grub_cfg`] with the
+/// environment block on the ESP (found by `esp_volume`), nobody allowed to
+/// edit an entry or open GRUB's shell (a superuser with no password), and
+/// a fallback for a kernel the chain refuses: a trial reboots (its try is
+/// spent, as for any failed boot), anything else boots the previous
+/// deployment.
+pub fn secure_grub_cfg(boot_uuid: &str, esp_volume: &str) -> String {
+    let prelude = format!(
+        "\
+# Secure Boot: entries boot, but nobody can edit one or open GRUB's shell:
+# the only superuser has no password.
+set superusers=emberrtos
+search --no-floppy --fs-uuid --set=esp {esp_volume}
+"
+    );
+    let mut cfg = menu_cfg(boot_uuid, "($esp)/EFI/BOOT/grubenv", &prelude);
+    cfg.push_str(&format!(
+        "\
+# A kernel that shim refuses fails its entry: a trial reboots to spend its
+# next try, anything else goes on to the previous deployment.
+menuentry 'EmberRTOS: the kernel was refused' --unrestricted --id {REFUSED_ENTRY} {{
+  echo \"EmberRTOS: the kernel was refused by Secure Boot\"
+  if [ \"${TRIAL_VAR}\" = 1 ]; then
+    sleep 1
+    reboot
+  fi
+}}
+set fallback=\"{REFUSED_ENTRY} 1\"
+"
+    ));
+    cfg
+}
+
+/// Builds the GRUB image for Secure Boot at `out`, signed with `key`:
+/// every module it needs built in, `config` in a memdisk as its menu, and
+/// the SBAT section shim checks. Scratch files go to `scratch`.
+pub fn make_signed_grub(out: &Path, config: &str, key: &SigningKey, scratch: &Path) -> Result<()> {
+    let work = tempfile::Builder::new()
+        .prefix(".grub-")
+        .tempdir_in(scratch)
+        .context("a scratch dir for GRUB's image")?;
+    let menu_dir = work.path().join("tree/boot/grub");
+    std::fs::create_dir_all(&menu_dir)?;
+    std::fs::write(menu_dir.join("grub.cfg"), config)?;
+    let memdisk = work.path().join("memdisk.tar");
+    tool::run(
+        tool::command("tar")?
+            .args(["--format=ustar", "--owner=0", "--group=0", "--mtime=@0", "-cf"])
+            .arg(&memdisk)
+            .arg("-C")
+            .arg(work.path().join("tree"))
+            .arg("boot"),
+    )?;
+    let sbat = work.path().join("sbat.csv");
+    std::fs::write(&sbat, sbat_csv(&grub_package_version()?))?;
+    let unsigned = work.path().join("grub.efi");
+    tool::run(
+        tool::command("grub-mkimage")?
+            .args([
+                "-O",
+                "x86_64-efi",
+                "-d",
+                GRUB_EFI_DIR,
+                "-p",
+                "(memdisk)/boot/grub",
+            ])
+            .arg("-m")
+            .arg(&memdisk)
+            .arg("-s")
+            .arg(&sbat)
+            .arg("-o")
+            .arg(&unsigned)
+            .args(CORE_MODULES)
+            .args(SECURE_MODULES),
+    )
+    .context("building the signed GRUB image")?;
+    key.sign(&unsigned, out, scratch)
+}
+
+/// The version of the installed grub-efi-amd64-bin.
+fn grub_package_version() -> Result<String> {
+    let out = tool::run(tool::command("dpkg-query")?.args(["-W", "-f", "${Version}", "grub-efi-amd64-bin"]))
+        .context("asking dpkg for grub-efi-amd64-bin's version")?;
+    let version = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if version.is_empty()
+        || !version
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "+-.~:".contains(c))
+    {
+        bail!("dpkg-query gave no usable version of grub-efi-amd64-bin: {version:?}");
+    }
+    Ok(version)
+}
+
+/// Debian's shim signed with `key` at `out`.
+pub fn sign_shim(out: &Path, key: &SigningKey, scratch: &Path) -> Result<()> {
+    if !Path::new(SHIM_UNSIGNED).is_file() {
+        bail!("Debian's shim is not installed ({SHIM_UNSIGNED}): apt-get install shim-unsigned");
+    }
+    key.sign(Path::new(SHIM_UNSIGNED), out, scratch)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -271,18 +413,39 @@ initrd /ostree/emberrtos-e7/initramfs-6.12.0.img
     }
 
     #[test]
-    fn grub_parses_the_esp_config() {
+    fn grub_parses_the_esp_configs() {
         if !Path::new("/usr/bin/grub-script-check").exists() {
             eprintln!("SKIPPED: grub-script-check is not installed (grub-common)");
             return;
         }
-        let file = tempfile::NamedTempFile::new().unwrap();
-        std::fs::write(file.path(), esp_grub_cfg("0b6c4ad4-1d3f-8a2e-9c1b-77f0e5d2a001")).unwrap();
-        let out = std::process::Command::new("grub-script-check")
-            .arg(file.path())
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let uuid = "0b6c4ad4-1d3f-8a2e-9c1b-77f0e5d2a001";
+        for cfg in [esp_grub_cfg(uuid), secure_grub_cfg(uuid, "1234-ABCD")] {
+            let file = tempfile::NamedTempFile::new().unwrap();
+            std::fs::write(file.path(), cfg).unwrap();
+            let out = std::process::Command::new("grub-script-check")
+                .arg(file.path())
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
+
+    #[test]
+    fn the_secure_boot_menu_locks_editing_and_keeps_the_counter_on_the_esp() {
+        let cfg = secure_grub_cfg("u", "1234-ABCD");
+        assert!(cfg.starts_with("# Secure Boot"));
+        assert!(cfg.contains("set superusers=emberrtos\n"));
+        let passwords = cfg
+            .lines()
+            .filter(|l| l.trim_start().starts_with("password"))
+            .count();
+        assert_eq!(passwords, 0, "a password would let someone edit");
+        assert!(cfg.contains("search --no-floppy --fs-uuid --set=esp 1234-ABCD"));
+        assert!(!cfg.contains("$prefix/grubenv"));
+        assert_eq!(cfg.matches("--file ($esp)/EFI/BOOT/grubenv").count(), 3);
+        assert!(cfg.contains("set fallback=\"emberrtos-refused 1\""));
+        let refused = &cfg[cfg.find("--id emberrtos-refused").unwrap()..];
+        assert!(refused.find("reboot").unwrap() > refused.find("= 1 ]").unwrap());
     }
 
     #[test]

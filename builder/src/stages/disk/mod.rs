@@ -29,11 +29,13 @@ use crate::io::hashing::sha256_file;
 use crate::io::qemu::{StopSignals, signal_name};
 use crate::ostree as ost;
 use crate::recipe::{DiskFormat, Remote, syntax};
+use crate::secure_boot::SigningKey;
 use crate::stages::commit::key;
 use crate::stages::verify::gate_commit_as;
 use crate::tool;
 use crate::ui::Ui;
 use emberrtos_contract::error::BadInput;
+use emberrtos_contract::gate::gate_signed_kernel;
 use emberrtos_contract::io::root::ImageRoot;
 
 /// Bumped when the image layout changes, so old disk stamps go stale.
@@ -74,6 +76,9 @@ pub struct DiskRequest<'a> {
     pub epoch: Option<u64>,
     /// How the caller names the inputs in errors (`--size` or `disk.size`).
     pub names: &'a InputNames,
+    /// The Secure Boot key: every kernel on the disk must verify against
+    /// its certificate, and shim and GRUB are signed with it.
+    pub signing: Option<&'a SigningKey>,
 }
 
 /// The names of the inputs in errors.
@@ -165,6 +170,16 @@ pub fn build(request: &DiskRequest, ui: &Ui) -> Result<DiskOutput> {
             "disk",
             "it does not go on a disk",
         )?;
+        gate_signed_kernel(
+            &repo,
+            &rc.commit,
+            request.signing.map(|key| &key.cert),
+            "disk",
+            "it does not go on a disk",
+        )?;
+    }
+    if request.signing.is_none() {
+        ui.note("no Secure Boot key (--secure-boot-key): this disk will not boot with Secure Boot on");
     }
     require_tools(request)?;
     let signals = StopSignals::install()?;
@@ -196,7 +211,7 @@ pub fn build(request: &DiskRequest, ui: &Ui) -> Result<DiskOutput> {
         root_usage.bytes >> 20,
         root_usage.inodes
     ));
-    stage_esp(&paths, &layout)?;
+    stage_esp(&paths, &layout, request.signing, staging.path())?;
     for dir in [&paths.sysroot, &paths.boot, &paths.esp] {
         filesystem::clamp_mtimes(dir, inputs.epoch)?;
     }
@@ -470,13 +485,25 @@ fn split_boot(paths: &StagingPaths) -> Result<()> {
     ImageRoot::open(&paths.boot)?.create_dir_all(Path::new("efi"), 0o700)
 }
 
-/// The ESP's files: GRUB's image, its config, the environment block and
-/// the modules, under `EFI/BOOT`.
-fn stage_esp(paths: &StagingPaths, layout: &Layout) -> Result<()> {
+/// The ESP's files under `EFI/BOOT`: GRUB's image, its config, the
+/// environment block and the modules; with a Secure Boot key, the signed
+/// shim, the signed GRUB holding its menu, and the environment block.
+fn stage_esp(
+    paths: &StagingPaths,
+    layout: &Layout,
+    signing: Option<&SigningKey>,
+    scratch: &Path,
+) -> Result<()> {
     let grub_dir = paths.esp.join(bootloader::ESP_GRUB_DIR.trim_start_matches('/'));
     std::fs::create_dir_all(&grub_dir).with_context(|| format!("creating {}", grub_dir.display()))?;
-    bootloader::make_grub_image(&grub_dir.join("BOOTX64.EFI"))?;
     let boot_uuid = &layout.get(Role::Boot).fs_uuid;
+    if let Some(key) = signing {
+        bootloader::sign_shim(&grub_dir.join("BOOTX64.EFI"), key, scratch)?;
+        let menu = bootloader::secure_grub_cfg(boot_uuid, &layout.get(Role::Esp).fs_uuid);
+        bootloader::make_signed_grub(&grub_dir.join(bootloader::SECOND_STAGE), &menu, key, scratch)?;
+        return bootloader::make_grubenv(&grub_dir.join("grubenv"));
+    }
+    bootloader::make_grub_image(&grub_dir.join("BOOTX64.EFI"))?;
     std::fs::write(grub_dir.join("grub.cfg"), bootloader::esp_grub_cfg(boot_uuid))?;
     // Issue 12 (boot counting) keeps its variables here.
     bootloader::make_grubenv(&grub_dir.join("grubenv"))?;
@@ -550,24 +577,30 @@ fn write_filesystems(
 ) -> Result<()> {
     filesystem::write_gpt(image, layout)?;
     let grub_dir = paths.esp.join(bootloader::ESP_GRUB_DIR.trim_start_matches('/'));
-    let mut modules: Vec<PathBuf> = std::fs::read_dir(grub_dir.join("x86_64-efi"))?
-        .map(|e| e.map(|e| e.path()))
-        .collect::<std::io::Result<_>>()?;
-    modules.sort();
     let on_esp = |name: &str| format!("{}/{name}", bootloader::ESP_GRUB_DIR);
-    let files = [
-        (vec![grub_dir.join("BOOTX64.EFI")], on_esp("BOOTX64.EFI")),
-        (vec![grub_dir.join("grub.cfg")], on_esp("grub.cfg")),
-        (vec![grub_dir.join("grubenv")], on_esp("grubenv")),
-        (modules, on_esp("x86_64-efi/")),
-    ];
+    let mut dirs = vec!["/EFI".to_string(), bootloader::ESP_GRUB_DIR.to_string()];
+    let mut files = Vec::new();
+    for path in sorted_entries(&grub_dir)? {
+        let name = path
+            .file_name()
+            .context("an ESP file name")?
+            .to_string_lossy()
+            .to_string();
+        if path.is_dir() {
+            dirs.push(on_esp(&name));
+            files.push((sorted_entries(&path)?, on_esp(&format!("{name}/"))));
+        } else {
+            files.push((vec![path], on_esp(&name)));
+        }
+    }
     let esp = layout.get(Role::Esp);
+    let dirs: Vec<&str> = dirs.iter().map(String::as_str).collect();
     filesystem::make_esp(
         image,
         esp,
         layout::parse_volume_id(&esp.fs_uuid)?,
         epoch,
-        &["/EFI", bootloader::ESP_GRUB_DIR, &on_esp("x86_64-efi")],
+        &dirs,
         &files,
     )?;
     let root_inodes = layout::root_inodes(root, layout.get(Role::Root).size);
@@ -587,6 +620,16 @@ fn write_filesystems(
         })?;
     }
     Ok(())
+}
+
+/// The entries of `dir`, sorted by name.
+fn sorted_entries(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("listing {}", dir.display()))?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<std::io::Result<_>>()?;
+    entries.sort();
+    Ok(entries)
 }
 
 /// Renames a finished temp image to `out` (readable by all, like any
