@@ -138,10 +138,20 @@ pub struct SecureBootArgs {
     /// recipe signs the proven kernel with it before the commit, a disk its
     /// shim and GRUB, and every kernel must verify against the certificate
     /// [default: the recipe's `secure-boot.key`].
-    #[arg(long, value_name = "FILE", requires = "secure_boot_cert")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "secure_boot_cert",
+        env = "IMGBUILD_SECURE_BOOT_KEY"
+    )]
     secure_boot_key: Option<PathBuf>,
     /// Its certificate (PEM): what the devices' firmware enrolls.
-    #[arg(long, value_name = "FILE", requires = "secure_boot_key")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "secure_boot_key",
+        env = "IMGBUILD_SECURE_BOOT_CERT"
+    )]
     secure_boot_cert: Option<PathBuf>,
 }
 

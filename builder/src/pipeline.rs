@@ -286,13 +286,19 @@ fn sign_kernel(ctx: &Context, bzimage: &Path, dir: &Path) -> Result<Option<Signe
         return Ok(None);
     };
     let path = dir.join("vmlinuz.signed");
-    signing.sign(bzimage, &path, dir)?;
+    signing.sign(bzimage, &path, dir, ctx.recipe.source_date_epoch())?;
     let sha256 = sha256_file(&path, None)?;
     ctx.ui.note(format!(
         "signed the proven kernel for Secure Boot: sha256 {sha256}, certificate sha256 {}",
         signing.cert.fingerprint()
     ));
     Ok(Some(SignedImage { path, sha256 }))
+}
+
+/// The sha256 of the kernel image the images carry: the signed one when
+/// there is one.
+fn shipped_image_sha256<'a>(kernel: &'a KernelOutput, signed: Option<&'a SignedImage>) -> &'a str {
+    signed.map_or(&kernel.bzimage_sha256, |s| &s.sha256)
 }
 
 /// The kernel files the images carry: the signed image when there is one.
@@ -390,11 +396,12 @@ fn stage_iso(
                 kernel_release: &kernel.release,
                 kernel_source_sha256: &fetched.sha256,
                 kernel_source_origin: &fetched.origin,
-                bzimage_sha256: &kernel.bzimage_sha256,
+                bzimage_sha256: shipped_image_sha256(kernel, signed),
                 config_sha256: &kernel.config_sha256,
                 overlays: vec![(live_rootfs_name.clone(), live_rootfs_sha256.clone())],
                 epoch: recipe.source_date_epoch(),
             },
+            signing: ctx.signing.as_ref(),
         };
         iso::build_iso(&inputs, &ctx.cache, &ctx.fetch_options, dir, &ctx.ui)
     })?;
@@ -529,6 +536,7 @@ fn write_sbom(
     fetched: &Fetched,
     kernel: &KernelOutput,
     rootfs: &RootfsOutput,
+    signed: Option<&SignedImage>,
 ) -> Result<WrittenSbom> {
     let recipe = &ctx.recipe;
     let flavor = recipe.flavor.to_string();
@@ -539,7 +547,7 @@ fn write_sbom(
         kernel_release: &kernel.release,
         kernel_source_sha256: &fetched.sha256,
         kernel_source_origin: &fetched.origin,
-        bzimage_sha256: &kernel.bzimage_sha256,
+        bzimage_sha256: shipped_image_sha256(kernel, signed),
         config_sha256: &kernel.config_sha256,
         overlays: overlay_hashes(ctx)?,
         epoch: recipe.source_date_epoch(),
@@ -559,7 +567,7 @@ fn stage_commit(
 ) -> Result<CommitOutput> {
     let recipe = &ctx.recipe;
     let rootfs_key = report.stages.last().map(|s| s.key.clone()).unwrap_or_default();
-    let sbom = write_sbom(ctx, fetched, kernel, rootfs)?;
+    let sbom = write_sbom(ctx, fetched, kernel, rootfs, verified.signed.as_ref())?;
     let facts = CommitFacts {
         name: &recipe.name,
         version: &recipe.version,

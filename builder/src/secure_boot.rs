@@ -5,6 +5,10 @@
 //! The key never leaves its file: `sbsign` reads it in place and writes the
 //! signed image to a temporary file inside the work dir, which is renamed
 //! into place once the signature verifies, and removed otherwise.
+//!
+//! sbsign stamps its signature with the time (a signingTime attribute), so
+//! it runs under `faketime` at the build's SOURCE_DATE_EPOCH: the same
+//! inputs sign to the same bytes, and two runners commit the same tree.
 
 use std::path::{Path, PathBuf};
 
@@ -62,10 +66,10 @@ impl SigningKey {
         })
     }
 
-    /// Signs the PE image `input` into `output` (`sbsign`), through a
-    /// temporary file in `scratch` that is removed unless the signature
-    /// verifies with the certificate.
-    pub fn sign(&self, input: &Path, output: &Path, scratch: &Path) -> Result<()> {
+    /// Signs the PE image `input` into `output` (`sbsign`, its clock frozen
+    /// at `epoch`), through a temporary file in `scratch` that is removed
+    /// unless the signature verifies with the certificate.
+    pub fn sign(&self, input: &Path, output: &Path, scratch: &Path, epoch: u64) -> Result<()> {
         let cert = tempfile::Builder::new()
             .prefix(".cert-")
             .tempfile_in(scratch)
@@ -76,7 +80,11 @@ impl SigningKey {
             .tempfile_in(scratch)
             .context("a temporary file in the work dir to sign into")?;
         tool::run(
-            tool::command("sbsign")?
+            tool::command("faketime")?
+                .env("TZ", "UTC")
+                .arg("-f")
+                .arg(frozen_clock(epoch))
+                .arg(tool::find_in("sbsign", std::env::var_os("PATH").as_deref())?)
                 .arg("--key")
                 .arg(&self.key)
                 .arg("--cert")
@@ -100,9 +108,21 @@ impl SigningKey {
     }
 }
 
+/// Pure: `faketime`'s frozen clock for a Unix time, `2025-11-30 00:00:00`
+/// (read as UTC).
+pub fn frozen_clock(epoch: u64) -> String {
+    rtreport::utc::rfc3339(epoch).replace('T', " ").replace('Z', "")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_signing_clock_is_the_build_epoch_in_utc() {
+        assert_eq!(frozen_clock(1_764_460_800), "2025-11-30 00:00:00");
+        assert_eq!(frozen_clock(0), "1970-01-01 00:00:00");
+    }
 
     #[test]
     fn only_an_owner_only_key_is_accepted() {

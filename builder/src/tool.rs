@@ -29,6 +29,7 @@ pub const PACKAGES: &[(&str, &str)] = &[
     ("depmod", "kmod"),
     ("dpkg-deb", "dpkg"),
     ("dpkg-query", "dpkg"),
+    ("faketime", "faketime"),
     ("flex", "flex"),
     ("gcc", "gcc"),
     ("gpg", "gnupg"),

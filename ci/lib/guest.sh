@@ -73,7 +73,7 @@ vm_console() { cat "$vm_dir"/console.hung-*.log "$vm_dir/console.log" 2>/dev/nul
 
 # reset_marks: the console's last words when a warm reset is under way: the
 # kernel's restart messages (a reboot, a panic's reboot) and GRUB's welcome.
-reset_marks='Welcome to GRUB!|Preparing to enter system sleep state S5|reboot: Restarting system|systemd-shutdown\[1\]: Rebooting\.|Rebooting in [0-9]+ seconds'
+reset_marks='Welcome to GRUB!|the kernel was refused by Secure Boot|Preparing to enter system sleep state S5|reboot: Restarting system|systemd-shutdown\[1\]: Rebooting\.|Rebooting in [0-9]+ seconds'
 
 # console_last_line: the last line of the console that is not blank.
 console_last_line() { tail -c 512 "$vm_dir/console.log" 2>/dev/null | tr -d '\r' | grep -av '^[[:space:]]*$' | tail -n 1; }

@@ -358,8 +358,7 @@ fn wait_for_network() {
 fn verify(system: &System, repo: &ostree::Repo, rt_ref: &str, checksum: &str) -> Result<(), String> {
     gate_commit_as(repo, rt_ref, checksum, "provision", "not deployed").map_err(|e| verify_reason(&e))?;
     println!("{rt_ref}: commit {checksum} verified on this device: PREEMPT_RT");
-    let efivars = secure_boot::efivars(system);
-    secure_boot::require_trusted_kernel(repo, checksum, &efivars, "provision", "not deployed")
+    secure_boot::require_trusted_kernel(system, repo, checksum, "provision", "not deployed")
         .map_err(|e| secure_boot_reason(&e))
 }
 

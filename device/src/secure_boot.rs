@@ -204,6 +204,65 @@ pub fn read_state(efivars: &Path) -> Result<State> {
     }
 }
 
+/// The x86 boot parameters the kernel keeps, relative to the sysroot: the
+/// EFI stub wrote the firmware's Secure Boot state into them at boot, which
+/// holds even when EFI runtime services are off (PREEMPT_RT's default), so
+/// efivarfs shows nothing.
+pub const BOOT_PARAMS: &str = "sys/kernel/boot_params/data";
+/// `struct boot_params.secure_boot` (arch/x86/include/uapi/asm/bootparam.h).
+const BOOT_PARAMS_SECURE_BOOT: usize = 0x1ec;
+
+/// Pure: the Secure Boot state in the x86 boot parameters (`enum
+/// efi_secureboot_mode`: 0 unset, 1 unknown, 2 disabled, 3 enabled).
+pub fn parse_boot_params(bytes: &[u8]) -> Result<State, String> {
+    match bytes.get(BOOT_PARAMS_SECURE_BOOT) {
+        Some(3) => Ok(State::On),
+        Some(2) => Ok(State::Off("disabled, as the kernel's EFI stub found it".into())),
+        Some(0) => Ok(State::Off(
+            "the kernel was not started through its EFI stub".into(),
+        )),
+        Some(1) => Err("the kernel's EFI stub could not tell the Secure Boot state".into()),
+        Some(other) => Err(format!("secure_boot is {other}, not a state the kernel defines")),
+        None => Err(format!("{} bytes: too short for boot parameters", bytes.len())),
+    }
+}
+
+/// The firmware's Secure Boot state on `system`: from the kernel's boot
+/// parameters (x86), else from efivarfs.
+pub fn firmware_state(system: &System) -> Result<State> {
+    let params = system.path.join(BOOT_PARAMS);
+    match std::fs::read(&params) {
+        Ok(bytes) => parse_boot_params(&bytes).map_err(|e| anyhow!("{}: {e}", params.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => read_state(&efivars(system)),
+        Err(e) => Err(e).with_context(|| format!("reading {}", params.display())),
+    }
+}
+
+/// The certificates the firmware trusts: its `db` when efivarfs shows it;
+/// else (EFI runtime services off) the certificate that signed the running
+/// deployment's kernel, which the firmware verified to boot it.
+fn trusted_certificates(system: &System, repo: &ostree::Repo) -> Result<Vec<Certificate>> {
+    let db_error = match read_db(&efivars(system)) {
+        Ok(certificates) if !certificates.is_empty() => return Ok(certificates),
+        Ok(_) => anyhow!("db holds no X.509 certificate"),
+        Err(e) => e,
+    };
+    let running = system.current.csum().to_string();
+    let info = emberrtos_contract::ostree::read_commit(repo, &running)?;
+    match emberrtos_contract::secure_boot::record_of(&info)? {
+        Some(record) => {
+            println!(
+                "the firmware's db is not readable ({db_error:#}): trusting the certificate of the running kernel, sha256 {}",
+                record.cert.fingerprint()
+            );
+            Ok(vec![record.cert])
+        }
+        None => Err(db_error.context(format!(
+            "and the running commit {running} records no signed kernel"
+        ))),
+    }
+}
+
 /// The X.509 certificates in the firmware's `db`.
 pub fn read_db(efivars: &Path) -> Result<Vec<Certificate>> {
     let path = efivars.join(DB_VAR);
@@ -265,9 +324,9 @@ pub enum Verdict {
 /// `SecureBoot` or `db` variable that cannot be read, or a signature that
 /// cannot be checked, is a refusal too. Secure Boot off: nothing is checked.
 pub fn require_trusted_kernel(
+    system: &System,
     repo: &ostree::Repo,
     checksum: &str,
-    efivars: &Path,
     stage: &str,
     consequence: &str,
 ) -> Result<()> {
@@ -276,7 +335,13 @@ pub fn require_trusted_kernel(
         stage,
         consequence,
     };
-    match judge(efivars, || committed_image(repo, checksum), &gate)? {
+    let verdict = judge_with(
+        firmware_state(system),
+        || trusted_certificates(system, repo),
+        || committed_image(repo, checksum),
+        &gate,
+    )?;
+    match verdict {
         Verdict::Unchecked(why) => {
             println!("Secure Boot is off ({why}): the kernel's signature is not checked")
         }
@@ -316,10 +381,21 @@ impl Gate<'_> {
     }
 }
 
-/// The decision: Secure Boot off lets anything through without reading the
-/// kernel (`image`); on, the kernel must verify against a `db` certificate.
+/// [`judge_with`] on an efivars directory alone.
+#[cfg(test)]
 fn judge(efivars: &Path, image: impl FnOnce() -> Result<Vec<u8>>, gate: &Gate) -> Result<Verdict> {
-    match read_state(efivars) {
+    judge_with(read_state(efivars), || read_db(efivars), image, gate)
+}
+
+/// The decision: Secure Boot off lets anything through without reading the
+/// kernel (`image`); on, the kernel must verify against a `trusted` certificate.
+fn judge_with(
+    state: Result<State>,
+    trusted: impl FnOnce() -> Result<Vec<Certificate>>,
+    image: impl FnOnce() -> Result<Vec<u8>>,
+    gate: &Gate,
+) -> Result<Verdict> {
+    match state {
         Ok(State::Off(why)) => return Ok(Verdict::Unchecked(why)),
         Ok(State::On) => {}
         Err(e) => {
@@ -332,7 +408,7 @@ fn judge(efivars: &Path, image: impl FnOnce() -> Result<Vec<u8>>, gate: &Gate) -
             ));
         }
     }
-    let certificates = read_db(efivars).map_err(|e| gate.untrusted(vec![format!("{e:#}")]))?;
+    let certificates = trusted().map_err(|e| gate.untrusted(vec![format!("{e:#}")]))?;
     if certificates.is_empty() {
         return Err(gate.untrusted(vec!["db holds no X.509 certificate".into()]));
     }
@@ -417,6 +493,21 @@ HgIKLbGxa54YnTzhjLFh7mU9ukCp
     fn with_size(mut list: Vec<u8>, at: usize, value: u32) -> Vec<u8> {
         list[at..at + 4].copy_from_slice(&value.to_le_bytes());
         list
+    }
+
+    #[test]
+    fn the_boot_parameters_say_what_the_efi_stub_found() {
+        let params = |mode: u8| {
+            let mut bytes = vec![0u8; 4096];
+            bytes[0x1ec] = mode;
+            parse_boot_params(&bytes)
+        };
+        assert_eq!(params(3), Ok(State::On));
+        assert!(matches!(params(2), Ok(State::Off(why)) if why.contains("disabled")));
+        assert!(matches!(params(0), Ok(State::Off(why)) if why.contains("EFI stub")));
+        assert!(params(1).unwrap_err().contains("could not tell"));
+        assert!(params(9).unwrap_err().contains("9"));
+        assert!(parse_boot_params(&[3; 16]).unwrap_err().contains("too short"));
     }
 
     #[test]

@@ -139,7 +139,7 @@ pub fn render_rolled_back(record: &HealthRecord) -> String {
 
 pub fn run(sysroot: &Path, json: bool) -> Result<u8> {
     let system = System::open(sysroot, Access::Read)?;
-    let secure_boot = secure_boot::Status::of(secure_boot::read_state(&secure_boot::efivars(&system)));
+    let secure_boot = secure_boot::Status::of(secure_boot::firmware_state(&system));
     let statuses = collect(&system, &secure_boot);
     if json {
         println!("{}", serde_json::to_string_pretty(&statuses)?);

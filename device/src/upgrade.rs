@@ -61,13 +61,7 @@ pub fn run(sysroot: &Path, no_reboot: bool) -> Result<u8> {
     })?;
     refuse_rolled_back(&system, &pulled.checksum)?;
     gate_commit_as(&repo, &ref_name, &pulled.checksum, "update", "not deployed")?;
-    secure_boot::require_trusted_kernel(
-        &repo,
-        &pulled.checksum,
-        &secure_boot::efivars(&system),
-        "update",
-        "not deployed",
-    )?;
+    secure_boot::require_trusted_kernel(&system, &repo, &pulled.checksum, "update", "not deployed")?;
     deploy::deploy_commit(&system, &pulled.checksum, &refspec_for(Some(&remote), &ref_name))?;
     println!(
         "deployed {} as the default; {current} is kept for `emberrtos-update rollback`",

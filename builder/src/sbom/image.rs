@@ -18,7 +18,8 @@ pub struct BuildFacts<'a> {
     pub kernel_release: &'a str,
     pub kernel_source_sha256: &'a str,
     pub kernel_source_origin: &'a str,
-    /// What the kernel stage built: the image's copies must hash the same.
+    /// What the kernel stage built (as the verify stage signed it, when the
+    /// build has a Secure Boot key): the image's copies must hash the same.
     pub bzimage_sha256: &'a str,
     pub config_sha256: &'a str,
     /// `(the recipe's path, the tree's sha256)` of each overlay.

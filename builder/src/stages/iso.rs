@@ -19,6 +19,8 @@ use crate::sbom::{
     self,
     image::{BuildFacts, LiveFiles},
 };
+use crate::secure_boot::SigningKey;
+use crate::stages::disk::bootloader;
 use crate::stages::fetch::FetchOptions;
 use crate::stages::rootfs::{KernelFiles, base, overlay, secrets};
 use crate::tool;
@@ -114,12 +116,12 @@ if smbios --type 11 --get-string 4 --set imgbuild_oem; then
     fi
 fi
 
-menuentry {interactive} {{
+menuentry {interactive} --unrestricted {{
     linux /boot/vmlinuz {kargs}console=tty0 console=ttyS0,115200 $imgbuild_extra
     initrd /boot/initrd.img
 }}
 
-menuentry {jitter} {{
+menuentry {jitter} --unrestricted {{
     linux /boot/vmlinuz {kargs}console=tty0 console=ttyS0,115200 jitter.auto=300 $imgbuild_extra
     initrd /boot/initrd.img
 }}
@@ -168,12 +170,9 @@ pub fn trim(root: &ImageRoot) -> Result<u64> {
     Ok(freed)
 }
 
-/// Pins the volume serial of the EFI system partition image inside the ISO.
-/// grub-mkrescue builds it with mformat, which picks a random serial, the
-/// only thing that keeps the ISO from being reproducible. Finds the image
-/// through the El Torito boot catalog (platform 0xEF) and returns whether it
-/// patched one.
-pub fn pin_efi_serial(iso: &mut [u8], serial: u32) -> Result<bool> {
+/// The byte offsets of the EFI system partition images inside an ISO,
+/// found through the El Torito boot catalog (platform 0xEF). Pure.
+pub fn efi_images(iso: &[u8]) -> Result<Vec<usize>> {
     const SECTOR: usize = 2048;
     let u32_at = |data: &[u8], at: usize| -> Option<u32> {
         Some(u32::from_le_bytes(data.get(at..at + 4)?.try_into().ok()?))
@@ -189,32 +188,111 @@ pub fn pin_efi_serial(iso: &mut [u8], serial: u32) -> Result<bool> {
         .get(catalog + 1)
         .copied()
         .context("boot catalog out of bounds")?;
-    let mut patched = false;
+    let mut images = Vec::new();
     for entry in (catalog + 32..catalog + SECTOR).step_by(32) {
         let Some(&kind) = iso.get(entry) else { break };
         match kind {
-            0x90 | 0x91 => platform = iso[entry + 1],
+            0x90 | 0x91 => {
+                platform = iso
+                    .get(entry + 1)
+                    .copied()
+                    .context("boot catalog out of bounds")?
+            }
             0x88 if platform == 0xef => {
-                let image = u32_at(iso, entry + 8).context("boot entry")? as usize * SECTOR;
-                let boot = iso.get(image..image + 512).context("EFI image out of bounds")?;
-                let serial_at = if &boot[82..87] == b"FAT32" {
-                    67
-                } else if &boot[54..57] == b"FAT" {
-                    39
-                } else {
-                    bail!("the EFI boot image is not a FAT file system");
-                };
-                if boot[510..512] != [0x55, 0xaa] {
-                    bail!("the EFI boot image has no boot signature");
-                }
-                iso[image + serial_at..image + serial_at + 4].copy_from_slice(&serial.to_le_bytes());
-                patched = true;
+                images.push(u32_at(iso, entry + 8).context("boot entry")? as usize * SECTOR);
             }
             0 => break,
             _ => {}
         }
     }
-    Ok(patched)
+    Ok(images)
+}
+
+/// Pins the volume serial of the EFI system partition image inside the ISO.
+/// grub-mkrescue builds it with mformat, which picks a random serial, the
+/// only thing that keeps the ISO from being reproducible. Returns whether
+/// it patched one.
+pub fn pin_efi_serial(iso: &mut [u8], serial: u32) -> Result<bool> {
+    let images = efi_images(iso)?;
+    for &image in &images {
+        let boot = iso.get(image..image + 512).context("EFI image out of bounds")?;
+        let serial_at = if &boot[82..87] == b"FAT32" {
+            67
+        } else if &boot[54..57] == b"FAT" {
+            39
+        } else {
+            bail!("the EFI boot image is not a FAT file system");
+        };
+        if boot[510..512] != [0x55, 0xaa] {
+            bail!("the EFI boot image has no boot signature");
+        }
+        iso[image + serial_at..image + serial_at + 4].copy_from_slice(&serial.to_le_bytes());
+    }
+    Ok(!images.is_empty())
+}
+
+/// The menu built into the ISO's signed GRUB: find the ISO by the volume
+/// UUID xorriso was given, and run its menu, whose entries boot unlocked
+/// while editing and the shell need a superuser that has no password.
+fn secure_iso_grub_cfg(volume_uuid: &str) -> String {
+    let grub_uuid = format!(
+        "{}-{}-{}-{}-{}-{}-{}",
+        &volume_uuid[0..4],
+        &volume_uuid[4..6],
+        &volume_uuid[6..8],
+        &volume_uuid[8..10],
+        &volume_uuid[10..12],
+        &volume_uuid[12..14],
+        &volume_uuid[14..16]
+    );
+    format!(
+        "\
+set superusers=emberrtos
+export superusers
+search --no-floppy --fs-uuid --set=root {grub_uuid}
+set prefix=($root)/boot/grub
+configfile ($root)/boot/grub/grub.cfg
+"
+    )
+}
+
+/// Makes the ISO's EFI boot image Secure Boot's: Debian's shim signed with
+/// `key` as `BOOTX64.EFI` and a GRUB signed with it beside, holding its
+/// modules and [`secure_iso_grub_cfg`], in place of grub-mkrescue's GRUB.
+fn sign_efi_image(iso: &Path, epoch: u64, key: &SigningKey, scratch: &Path) -> Result<()> {
+    let image = *efi_images(&std::fs::read(iso)?)?
+        .first()
+        .context("the ISO has no EFI boot image to sign")?;
+    let shim = scratch.join("BOOTX64.EFI");
+    let grub = scratch.join(bootloader::SECOND_STAGE);
+    bootloader::sign_shim(&shim, key, (scratch, epoch))?;
+    let menu = secure_iso_grub_cfg(&uuid_from_epoch(epoch));
+    bootloader::make_signed_grub(&grub, &menu, key, (scratch, epoch))?;
+    let fat = format!("{}@@{image}", iso.display());
+    let mtools = |name: &str| -> Result<std::process::Command> {
+        let mut cmd = tool::command(name)?;
+        cmd.env("MTOOLS_SKIP_CHECK", "1")
+            .env("SOURCE_DATE_EPOCH", epoch.to_string());
+        cmd.args(["-i", &fat]);
+        Ok(cmd)
+    };
+    tool::run(mtools("mdel")?.arg("::/efi/boot/bootx64.efi"))
+        .context("removing grub-mkrescue's GRUB from the EFI boot image")?;
+    tool::run(
+        mtools("mcopy")?
+            .arg("-o")
+            .arg(&shim)
+            .arg("::/efi/boot/bootx64.efi"),
+    )
+    .context("putting the signed shim into the EFI boot image (is it big enough?)")?;
+    tool::run(
+        mtools("mcopy")?
+            .arg("-o")
+            .arg(&grub)
+            .arg("::/efi/boot/grubx64.efi"),
+    )
+    .context("putting the signed GRUB into the EFI boot image (is it big enough?)")?;
+    Ok(())
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -246,6 +324,8 @@ pub struct LiveInputs<'a> {
     pub epoch: u64,
     /// What the ISO's SBOM states of the build.
     pub facts: &'a BuildFacts<'a>,
+    /// Signs its shim and GRUB for Secure Boot (the kernel already is).
+    pub signing: Option<&'a SigningKey>,
 }
 
 /// xorriso's volume UUID format, `YYYYMMDDhhmmsscc`, from a Unix time.
@@ -377,6 +457,9 @@ pub fn build_iso(
         mkrescue.args(["-volume_date", kind, &epoch_arg]);
     }
     tool::run_logged(&mut mkrescue, &log, |_| {}).context("making the ISO with grub-mkrescue")?;
+    if let Some(key) = inputs.signing {
+        sign_efi_image(&partial, inputs.epoch, key, stage_dir)?;
+    }
     let mut iso_bytes = std::fs::read(&partial)?;
     if !pin_efi_serial(&mut iso_bytes, inputs.epoch as u32)? {
         ui.warn("no EFI boot image found in the ISO: it will not boot under UEFI");
@@ -543,6 +626,7 @@ mod tests {
                 overlays: Vec::new(),
                 epoch: 0,
             },
+            signing: None,
         };
         // `root` dangles inside the tree: refused, or written inside; never the host's file.
         let result = install_live_files(&ImageRoot::open(&live).unwrap(), &inputs);
@@ -569,13 +653,98 @@ mod tests {
             cfg.matches("linux /boot/vmlinuz isolcpus=managed_irq,domain,1 nohz_full=1 console=tty0 console=ttyS0,115200").count(),
             2
         );
-        assert!(cfg.contains("menuentry 'EmberRTOS 1: interactive (SSH, shell)' {"));
+        assert!(cfg.contains("menuentry 'EmberRTOS 1: interactive (SSH, shell)' --unrestricted {"));
         assert!(cfg.contains("jitter.auto=300"));
         assert_eq!(cfg.matches("initrd /boot/initrd.img").count(), 2);
         assert!(cfg.contains("serial --unit=0 --speed=115200"));
         assert!(cfg.contains("regexp --set 1:imgbuild_extra '^imgbuild:(.*)$'"));
         let bare = grub_cfg("x", &[]);
         assert!(bare.contains("linux /boot/vmlinuz console=tty0"), "{bare}");
+    }
+
+    #[test]
+    fn the_secure_boot_menu_finds_the_iso_by_its_uuid_and_locks_editing() {
+        let cfg = secure_iso_grub_cfg(&uuid_from_epoch(1_764_460_800));
+        assert!(
+            cfg.contains("search --no-floppy --fs-uuid --set=root 2025-11-30-00-00-00-00\n"),
+            "{cfg}"
+        );
+        assert!(cfg.contains("set superusers=emberrtos\nexport superusers\n"));
+        assert!(cfg.ends_with("configfile ($root)/boot/grub/grub.cfg\n"));
+    }
+
+    /// A live ISO's EFI boot image made Secure Boot's: the signed shim and
+    /// GRUB replace grub-mkrescue's GRUB, and each verifies with the
+    /// certificate. `IMGBUILD_TEST_KERNEL` may name a real kernel to put in
+    /// (the ISO is then kept as target/secure-boot-test.iso for a boot).
+    #[test]
+    fn a_signed_efi_image_carries_shim_and_grub_signed_by_the_key() {
+        let tools = [
+            "grub-mkrescue",
+            "xorriso",
+            "mformat",
+            "openssl",
+            "sbsign",
+            "sbverify",
+        ];
+        if let Err(e) = tool::require_all(&tools) {
+            eprintln!("SKIPPED: {e:#}");
+            return;
+        }
+        if !Path::new(bootloader::SHIM_UNSIGNED).is_file() {
+            eprintln!("SKIPPED: shim-unsigned is not installed");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let (key_path, cert_path) = (dir.path().join("k.pem"), dir.path().join("c.pem"));
+        let run = |cmd: &mut std::process::Command| assert!(cmd.status().unwrap().success(), "{cmd:?}");
+        run(std::process::Command::new("openssl")
+            .args([
+                "req", "-new", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=t/",
+            ])
+            .arg("-keyout")
+            .arg(&key_path)
+            .arg("-out")
+            .arg(&cert_path)
+            .stderr(std::process::Stdio::null()));
+        std::fs::set_permissions(&key_path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        let key = SigningKey::load(&key_path, &cert_path, ("k", "c")).unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir_all(root.join("boot/grub")).unwrap();
+        std::fs::write(root.join("boot/grub/grub.cfg"), grub_cfg("t", &[])).unwrap();
+        std::fs::write(root.join("boot/initrd.img"), b"initrd").unwrap();
+        let test_kernel = std::env::var_os("IMGBUILD_TEST_KERNEL");
+        if let Some(kernel) = &test_kernel {
+            key.sign(Path::new(kernel), &root.join("boot/vmlinuz"), dir.path(), 0)
+                .unwrap();
+        }
+        let iso = dir.path().join("t.iso");
+        run(std::process::Command::new("grub-mkrescue")
+            .arg("-o")
+            .arg(&iso)
+            .arg(&root)
+            .args(["--", "-volume_date", "uuid", &uuid_from_epoch(0)])
+            .stderr(std::process::Stdio::null()));
+        sign_efi_image(&iso, 0, &key, dir.path()).unwrap();
+        let image = efi_images(&std::fs::read(&iso).unwrap()).unwrap()[0];
+        let fat = format!("{}@@{image}", iso.display());
+        for name in ["bootx64.efi", "grubx64.efi"] {
+            let out = dir.path().join(name);
+            run(std::process::Command::new("mcopy")
+                .env("MTOOLS_SKIP_CHECK", "1")
+                .args(["-i", &fat, &format!("::/efi/boot/{name}")])
+                .arg(&out));
+            assert!(
+                emberrtos_contract::secure_boot::signed_by(&out, &key.cert).unwrap(),
+                "{name}"
+            );
+        }
+        if test_kernel.is_some() {
+            let keep = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/secure-boot-test");
+            std::fs::create_dir_all(&keep).unwrap();
+            std::fs::copy(&iso, keep.join("live.iso")).unwrap();
+            std::fs::copy(&cert_path, keep.join("cert.pem")).unwrap();
+        }
     }
 
     #[test]

@@ -151,7 +151,12 @@ fn a_kernel_signed_by_the_gate_key_verifies_and_no_other_does() {
     let unsigned = unsigned_kernel(dir.path());
     let key = imgbuild::secure_boot::SigningKey::load(&gate.0, &gate.1, ("k", "c")).unwrap();
     let signed = dir.path().join("vmlinuz.signed");
-    key.sign(&unsigned, &signed, dir.path()).unwrap();
+    key.sign(&unsigned, &signed, dir.path(), 1_764_460_800).unwrap();
+    // The signature is dated by the epoch, not the clock: the same bytes again.
+    let again = dir.path().join("vmlinuz.again");
+    key.sign(&unsigned, &again, dir.path(), 1_764_460_800).unwrap();
+    assert_eq!(std::fs::read(&signed).unwrap(), std::fs::read(&again).unwrap());
+    std::fs::remove_file(&again).unwrap();
     let output = Command::new("sbverify")
         .arg("--cert")
         .arg(&gate.1)

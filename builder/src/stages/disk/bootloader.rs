@@ -246,8 +246,19 @@ pub const SECOND_STAGE: &str = "grubx64.efi";
 const REFUSED_ENTRY: &str = "emberrtos-refused";
 
 /// Built into the signed image besides [`CORE_MODULES`]: Debian's `linux`
-/// hands Secure Boot kernels to `linuxefi`; the menu lives in a memdisk.
-const SECURE_MODULES: &[&str] = &["linuxefi", "memdisk", "tar", "gfxterm", "font"];
+/// hands Secure Boot kernels to `linuxefi`; the menu lives in a memdisk;
+/// the live ISO's menu reads SMBIOS strings from an ISO 9660 volume.
+const SECURE_MODULES: &[&str] = &[
+    "linuxefi",
+    "memdisk",
+    "tar",
+    "gfxterm",
+    "font",
+    "iso9660",
+    "part_msdos",
+    "smbios",
+    "regexp",
+];
 
 /// The SBAT section of the GRUB image: the generations of Debian's own
 /// signed build of this GRUB (grub-efi-amd64-signed 2.06-13+deb12u2), which
@@ -281,7 +292,7 @@ search --no-floppy --fs-uuid --set=esp {esp_volume}
         "\
 # A kernel that shim refuses fails its entry: a trial reboots to spend its
 # next try, anything else goes on to the previous deployment.
-menuentry 'EmberRTOS: the kernel was refused' --unrestricted --id {REFUSED_ENTRY} {{
+menuentry 'EmberRTOS: fallback for a refused kernel' --unrestricted --id {REFUSED_ENTRY} {{
   echo \"EmberRTOS: the kernel was refused by Secure Boot\"
   if [ \"${TRIAL_VAR}\" = 1 ]; then
     sleep 1
@@ -297,7 +308,12 @@ set fallback=\"{REFUSED_ENTRY} 1\"
 /// Builds the GRUB image for Secure Boot at `out`, signed with `key`:
 /// every module it needs built in, `config` in a memdisk as its menu, and
 /// the SBAT section shim checks. Scratch files go to `scratch`.
-pub fn make_signed_grub(out: &Path, config: &str, key: &SigningKey, scratch: &Path) -> Result<()> {
+pub fn make_signed_grub(
+    out: &Path,
+    config: &str,
+    key: &SigningKey,
+    (scratch, epoch): (&Path, u64),
+) -> Result<()> {
     let work = tempfile::Builder::new()
         .prefix(".grub-")
         .tempdir_in(scratch)
@@ -337,7 +353,7 @@ pub fn make_signed_grub(out: &Path, config: &str, key: &SigningKey, scratch: &Pa
             .args(SECURE_MODULES),
     )
     .context("building the signed GRUB image")?;
-    key.sign(&unsigned, out, scratch)
+    key.sign(&unsigned, out, scratch, epoch)
 }
 
 /// The version of the installed grub-efi-amd64-bin.
@@ -355,12 +371,12 @@ fn grub_package_version() -> Result<String> {
     Ok(version)
 }
 
-/// Debian's shim signed with `key` at `out`.
-pub fn sign_shim(out: &Path, key: &SigningKey, scratch: &Path) -> Result<()> {
+/// Debian's shim signed with `key` at `out` (the signature dated `epoch`).
+pub fn sign_shim(out: &Path, key: &SigningKey, (scratch, epoch): (&Path, u64)) -> Result<()> {
     if !Path::new(SHIM_UNSIGNED).is_file() {
         bail!("Debian's shim is not installed ({SHIM_UNSIGNED}): apt-get install shim-unsigned");
     }
-    key.sign(Path::new(SHIM_UNSIGNED), out, scratch)
+    key.sign(Path::new(SHIM_UNSIGNED), out, scratch, epoch)
 }
 
 #[cfg(test)]

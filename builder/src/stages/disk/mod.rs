@@ -211,7 +211,7 @@ pub fn build(request: &DiskRequest, ui: &Ui) -> Result<DiskOutput> {
         root_usage.bytes >> 20,
         root_usage.inodes
     ));
-    stage_esp(&paths, &layout, request.signing, staging.path())?;
+    stage_esp(&paths, &layout, request.signing, (staging.path(), inputs.epoch))?;
     for dir in [&paths.sysroot, &paths.boot, &paths.esp] {
         filesystem::clamp_mtimes(dir, inputs.epoch)?;
     }
@@ -492,7 +492,7 @@ fn stage_esp(
     paths: &StagingPaths,
     layout: &Layout,
     signing: Option<&SigningKey>,
-    scratch: &Path,
+    scratch: (&Path, u64),
 ) -> Result<()> {
     let grub_dir = paths.esp.join(bootloader::ESP_GRUB_DIR.trim_start_matches('/'));
     std::fs::create_dir_all(&grub_dir).with_context(|| format!("creating {}", grub_dir.display()))?;
