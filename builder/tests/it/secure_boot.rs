@@ -290,6 +290,14 @@ fn a_signed_kernel_goes_on_a_disk_with_a_signed_shim_and_grub() {
             "{name} is not signed by the gate key"
         );
     }
+    // IMGBUILD_TEST_KEEP=DIR keeps the disk and the certificate, to boot
+    // them under OVMF by hand.
+    if let Some(keep) = std::env::var_os("IMGBUILD_TEST_KEEP") {
+        let keep = Path::new(&keep);
+        std::fs::create_dir_all(keep).unwrap();
+        std::fs::copy(&out, keep.join("disk.img")).unwrap();
+        std::fs::copy(&gate.1, keep.join("cert.pem")).unwrap();
+    }
 }
 
 #[test]

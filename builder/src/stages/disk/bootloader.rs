@@ -242,8 +242,6 @@ pub fn check_menu(menu: &str, kargs: &[String]) -> Result<(), String> {
 pub const SHIM_UNSIGNED: &str = "/usr/lib/shim/shimx64.efi";
 /// The name shim loads its second stage by, beside itself.
 pub const SECOND_STAGE: &str = "grubx64.efi";
-/// The id of the menu entry GRUB falls back to when a kernel is refused.
-const REFUSED_ENTRY: &str = "emberrtos-refused";
 
 /// Built into the signed image besides [`CORE_MODULES`]: Debian's `linux`
 /// hands Secure Boot kernels to `linuxefi`; the menu lives in a memdisk;
@@ -278,6 +276,10 @@ pub fn sbat_csv(grub_version: &str) -> String {
 /// a fallback for a kernel the chain refuses: a trial reboots (its try is
 /// spent, as for any failed boot), anything else boots the previous
 /// deployment.
+///
+/// GRUB's `fallback` takes a list of entry numbers only, so the fallback
+/// entry comes first (entry 0) and ostree's default and previous
+/// deployments are entries 1 and 2.
 pub fn secure_grub_cfg(boot_uuid: &str, esp_volume: &str) -> String {
     let prelude = format!(
         "\
@@ -285,24 +287,22 @@ pub fn secure_grub_cfg(boot_uuid: &str, esp_volume: &str) -> String {
 # the only superuser has no password.
 set superusers=emberrtos
 search --no-floppy --fs-uuid --set=esp {esp_volume}
-"
-    );
-    let mut cfg = menu_cfg(boot_uuid, "($esp)/EFI/BOOT/grubenv", &prelude);
-    cfg.push_str(&format!(
-        "\
-# A kernel that shim refuses fails its entry: a trial reboots to spend its
-# next try, anything else goes on to the previous deployment.
-menuentry 'EmberRTOS: fallback for a refused kernel' --unrestricted --id {REFUSED_ENTRY} {{
+# Entry 0: a kernel that shim refuses fails its entry, and GRUB falls back
+# here: a trial reboots to spend its next try; anything else goes on to
+# entry 2, the previous deployment (ostree's entries follow, from 1).
+menuentry 'EmberRTOS: fallback for a refused kernel' --unrestricted {{
   echo \"EmberRTOS: the kernel was refused by Secure Boot\"
   if [ \"${TRIAL_VAR}\" = 1 ]; then
     sleep 1
     reboot
   fi
 }}
-set fallback=\"{REFUSED_ENTRY} 1\"
 "
-    ));
-    cfg
+    );
+    let cfg = menu_cfg(boot_uuid, "($esp)/EFI/BOOT/grubenv", &prelude)
+        .replace("set emberrtos_entry=1", "set emberrtos_entry=2")
+        .replace("set emberrtos_entry=0", "set emberrtos_entry=1");
+    format!("{cfg}set fallback=\"0 2\"\n")
 }
 
 /// Builds the GRUB image for Secure Boot at `out`, signed with `key`:
@@ -459,9 +459,16 @@ initrd /ostree/emberrtos-e7/initramfs-6.12.0.img
         assert!(cfg.contains("search --no-floppy --fs-uuid --set=esp 1234-ABCD"));
         assert!(!cfg.contains("$prefix/grubenv"));
         assert_eq!(cfg.matches("--file ($esp)/EFI/BOOT/grubenv").count(), 3);
-        assert!(cfg.contains("set fallback=\"emberrtos-refused 1\""));
-        let refused = &cfg[cfg.find("--id emberrtos-refused").unwrap()..];
-        assert!(refused.find("reboot").unwrap() > refused.find("= 1 ]").unwrap());
+        assert!(cfg.ends_with("set fallback=\"0 2\"\n"));
+        // The fallback entry is entry 0, before ostree's menu; the default
+        // and previous deployments are entries 1 and 2.
+        let refused = cfg.find("menuentry 'EmberRTOS: fallback").unwrap();
+        assert!(refused < cfg.find("source ($boot)/loader/grub.cfg").unwrap());
+        assert_eq!(cfg.matches("menuentry ").count(), 1);
+        assert!(cfg[refused..].find("reboot").unwrap() > cfg[refused..].find("= 1 ]").unwrap());
+        assert_eq!(cfg.matches("set emberrtos_entry=1").count(), 1);
+        assert_eq!(cfg.matches("set emberrtos_entry=2").count(), 2);
+        assert!(!cfg.contains("set emberrtos_entry=0"));
     }
 
     #[test]
