@@ -75,8 +75,12 @@ vm_console() { cat "$vm_dir"/console.hung-*.log "$vm_dir/console.log" 2>/dev/nul
 # kernel's restart messages (a reboot, a panic's reboot) and GRUB's welcome.
 reset_marks='Welcome to GRUB!|the kernel was refused by Secure Boot|Preparing to enter system sleep state S5|reboot: Restarting system|systemd-shutdown\[1\]: Rebooting\.|Rebooting in [0-9]+ seconds'
 
-# console_last_line: the last line of the console that is not blank.
-console_last_line() { tail -c 512 "$vm_dir/console.log" 2>/dev/null | tr -d '\r' | grep -av '^[[:space:]]*$' | tail -n 1; }
+# console_last_line: the last line of the console that is not blank once
+# terminal escape sequences are gone (GRUB sets colours after its welcome).
+console_last_line() {
+    tail -c 512 "$vm_dir/console.log" 2>/dev/null | tr -d '\r' | sed 's/\x1b\[[0-9;=?]*[A-Za-z]//g' \
+        | grep -av '^[[:space:]]*$' | tail -n 1
+}
 
 # firmware_hung: the console ends in a warm reset and has been silent for
 # firmware_hang_seconds.
