@@ -16,7 +16,7 @@ use crate::pipeline::{self, PipelineReport};
 use crate::qualify;
 use crate::recipe::{DiskFormat, Recipe, Remote};
 use crate::sbom;
-use crate::secure_boot::SigningKey;
+use crate::secure_boot::{SigningKey, load_certificate};
 use crate::stage::Stage;
 use crate::stages::boot::{self, Accel, BootOptions};
 use crate::stages::commit;
@@ -27,7 +27,6 @@ use crate::stages::verify;
 use crate::ui::Ui;
 use emberrtos_contract::error::{BadInput, exit, exit_code};
 use emberrtos_contract::provision::ProvisionError;
-use emberrtos_contract::secure_boot::Certificate;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -242,13 +241,6 @@ pub struct PublishArgs {
     /// every published kernel must verify against it (exit 3 otherwise).
     #[arg(long, value_name = "FILE")]
     secure_boot_cert: Option<PathBuf>,
-}
-
-/// A certificate named on the command line (exit 2 naming the file).
-fn load_certificate(option: &str, path: &std::path::Path) -> Result<Certificate, BadInput> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| BadInput::new(option, format!("{}: {e}", path.display())))?;
-    Certificate::parse_pem(&text).map_err(|e| BadInput::new(option, format!("{}: {e}", path.display())))
 }
 
 #[derive(Args, Debug)]

@@ -25,6 +25,13 @@ pub struct SigningKey {
     pub cert: Certificate,
 }
 
+/// A PEM certificate named by `option` (exit 2 naming the file).
+pub fn load_certificate(option: &str, path: &Path) -> Result<Certificate, BadInput> {
+    let bad = |message: String| BadInput::new(option, format!("{}: {message}", path.display()));
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    Certificate::parse_pem(&text).map_err(bad)
+}
+
 /// Pure: why a private key file with these permission bits must not be
 /// used (readable or writable by anyone but its owner), or `None`.
 pub fn key_mode_problem(mode: u32) -> Option<String> {
@@ -58,11 +65,9 @@ impl SigningKey {
         if !text.contains("-----BEGIN ") || !text.contains("PRIVATE KEY-----") {
             return Err(bad(key_option, key, "not a PEM private key".into()));
         }
-        let cert_text = std::fs::read_to_string(cert).map_err(|e| bad(cert_option, cert, e.to_string()))?;
-        let certificate = Certificate::parse_pem(&cert_text).map_err(|e| bad(cert_option, cert, e))?;
         Ok(SigningKey {
             key: key.to_path_buf(),
-            cert: certificate,
+            cert: load_certificate(cert_option, cert)?,
         })
     }
 

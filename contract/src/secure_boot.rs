@@ -180,18 +180,7 @@ mod tests {
     use super::*;
 
     // A self-signed test certificate; its key was never kept.
-    const CERT: &str = "-----BEGIN CERTIFICATE-----
-MIIBkTCCATegAwIBAgIUbBGqIvF9H8GHlMtkuRrwYYy3SmwwCgYIKoZIzj0EAwIw
-HjEcMBoGA1UEAwwTZW1iZXJydG9zIHVuaXQgdGVzdDAeFw0yNjEyMDUxMDAxNDNa
-Fw0zNjEyMDIxMDAxNDNaMB4xHDAaBgNVBAMME2VtYmVycnRvcyB1bml0IHRlc3Qw
-WTATBgcqhkjOPQIBBggqhkjOPQMBBwNCAASnX0SEbce16eOSwgigfJr8URtGgbQ2
-oZdWpkV2PstbsSR2OLm3dW1Yfx36lUDJp9C2OkeCxx6f9tmscw9Jfudko1MwUTAd
-BgNVHQ4EFgQU6ybs4cmoHRuBCX/tzaWrdjxCk2AwHwYDVR0jBBgwFoAU6ybs4cmo
-HRuBCX/tzaWrdjxCk2AwDwYDVR0TAQH/BAUwAwEB/zAKBggqhkjOPQQDAgNIADBF
-AiALCy0kb3kd8WAlEbWxgPFSGSLktcGhPWiR9qq+/+earQIhAP5+e7dhKvfzvtwr
-HgIKLbGxa54YnTzhjLFh7mU9ukCp
------END CERTIFICATE-----
-";
+    const CERT: &str = include_str!("../testdata/secure-boot-test-cert.pem");
 
     #[test]
     fn a_certificate_round_trips_and_has_a_stable_fingerprint() {

@@ -444,18 +444,7 @@ mod tests {
     use std::process::Command;
 
     // A self-signed test certificate (the contract's); its key was never kept.
-    const CERT: &str = "-----BEGIN CERTIFICATE-----
-MIIBkTCCATegAwIBAgIUbBGqIvF9H8GHlMtkuRrwYYy3SmwwCgYIKoZIzj0EAwIw
-HjEcMBoGA1UEAwwTZW1iZXJydG9zIHVuaXQgdGVzdDAeFw0yNjEyMDUxMDAxNDNa
-Fw0zNjEyMDIxMDAxNDNaMB4xHDAaBgNVBAMME2VtYmVycnRvcyB1bml0IHRlc3Qw
-WTATBgcqhkjOPQIBBggqhkjOPQMBBwNCAASnX0SEbce16eOSwgigfJr8URtGgbQ2
-oZdWpkV2PstbsSR2OLm3dW1Yfx36lUDJp9C2OkeCxx6f9tmscw9Jfudko1MwUTAd
-BgNVHQ4EFgQU6ybs4cmoHRuBCX/tzaWrdjxCk2AwHwYDVR0jBBgwFoAU6ybs4cmo
-HRuBCX/tzaWrdjxCk2AwDwYDVR0TAQH/BAUwAwEB/zAKBggqhkjOPQQDAgNIADBF
-AiALCy0kb3kd8WAlEbWxgPFSGSLktcGhPWiR9qq+/+earQIhAP5+e7dhKvfzvtwr
-HgIKLbGxa54YnTzhjLFh7mU9ukCp
------END CERTIFICATE-----
-";
+    const CERT: &str = include_str!("../../contract/testdata/secure-boot-test-cert.pem");
     const FINGERPRINT: &str = "660a80357ab1c786b2b09dd4f25995fa10f97b6a956ac64aaa1aab136ecfcb92";
     /// EFI_CERT_SHA256_GUID c1c41626-504c-4092-aca9-41f936934328, as stored.
     const CERT_SHA256: [u8; 16] = [
