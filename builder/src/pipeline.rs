@@ -595,6 +595,13 @@ fn stage_commit(
         ));
     }
     commit::mark_insecure_cache(&mut metadata, &insecure);
+    let started = std::time::Instant::now();
+    let sealed = commit::seal_tree(&rootfs.tree, &mut metadata)?;
+    ctx.ui.note(format!(
+        "fs-verity manifest: {sealed} files under /usr, at /{} ({:.1} s)",
+        emberrtos_contract::verity::MANIFEST_PATH,
+        started.elapsed().as_secs_f64()
+    ));
     let repo = repo_path(ctx);
     // The parent (the ref's target) is not part of the key: tagging this
     // commit moves the ref to it, and the rerun must still be a cache hit.

@@ -12,6 +12,7 @@
 //! - [`provision`]: the `provision.yaml` schema of the configuration medium,
 //!   with [`syntax`] (pure field checks) and [`yaml`] (field positions);
 //! - [`error`]: the exit codes and the errors callers match;
+//! - [`verity`]: fs-verity digests and the manifest of a tree's `usr/`;
 //! - [`ostree`], [`tree`], [`io`], [`secrets`]: the libostree reads, commit
 //!   tree walks, confined root and key checks the rules above rest on.
 //!
@@ -31,4 +32,5 @@ pub mod secrets;
 pub mod secure_boot;
 pub mod syntax;
 pub mod tree;
+pub mod verity;
 pub mod yaml;

@@ -8,6 +8,8 @@
 //!   verifies ON THE DEVICE and deploys the RT commit, or refuses and says why.
 //! - [`secure_boot`]: with the firmware's Secure Boot on, provisioning and
 //!   upgrades refuse a commit whose kernel no `db` certificate signed.
+//! - [`verity`]: the health check's proof that `/usr` is the commit's:
+//!   every file sealed with fs-verity and measured against the manifest.
 //! - [`status`], [`upgrade`], [`rollback`]: `emberrtos-update` (a link to the
 //!   same binary) over the deployments libostree keeps.
 //! - [`rt_run`]: `emberrtos-rt-run` (another link), a container on one
@@ -33,3 +35,4 @@ mod secure_boot;
 mod status;
 mod system;
 mod upgrade;
+mod verity;

@@ -140,6 +140,40 @@ fn enter_private_mount_namespace() -> Result<()> {
     Ok(())
 }
 
+/// Makes the mount at `mount_point` writable if it is read-only: a bind
+/// remount, which changes this mount's flag only (the filesystem is
+/// already read-write under `/`). Call it in the private namespace
+/// [`System::open`] enters for [`Access::Write`], where it stays.
+pub fn remount_writable(mount_point: &Path) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let target = std::ffi::CString::new(mount_point.as_os_str().as_bytes())?;
+    // SAFETY: `target` is a NUL-terminated path that outlives both calls,
+    // and `stat` is a plain struct the kernel fills.
+    unsafe {
+        let mut stat: libc::statvfs = std::mem::zeroed();
+        if libc::statvfs(target.as_ptr(), &mut stat) != 0 {
+            return Err(std::io::Error::last_os_error())
+                .with_context(|| format!("statvfs {}", mount_point.display()));
+        }
+        if stat.f_flag & libc::ST_RDONLY == 0 {
+            return Ok(());
+        }
+        let flags = libc::MS_REMOUNT | libc::MS_BIND;
+        if libc::mount(
+            std::ptr::null(),
+            target.as_ptr(),
+            std::ptr::null(),
+            flags,
+            std::ptr::null(),
+        ) != 0
+        {
+            return Err(std::io::Error::last_os_error())
+                .with_context(|| format!("remounting {} read-write", mount_point.display()));
+        }
+    }
+    Ok(())
+}
+
 /// The refspec a deployment tracks (`remote:ref` or a local `ref`).
 pub fn origin_refspec(deployment: &ostree::Deployment) -> Result<String> {
     let origin = deployment

@@ -11,8 +11,10 @@ use crate::ostree::{self, CommitRequest, MetaValue, Metadata, WriteStats};
 use crate::recipe::Flavor;
 use crate::sbom::image::WrittenSbom;
 pub use emberrtos_contract::commit::{BOOT_EVIDENCE, evidence_of, full_evidence, kargs_of, key};
+use emberrtos_contract::io::root::ImageRoot;
 use emberrtos_contract::policy::HealthPolicy;
 use emberrtos_contract::secure_boot::{Certificate, key as sb_key};
+use emberrtos_contract::verity::{self, Manifest};
 
 /// The facts a commit records.
 #[derive(Clone, Debug)]
@@ -71,6 +73,21 @@ pub fn metadata(facts: &CommitFacts) -> Result<Metadata> {
         );
     }
     Ok(m)
+}
+
+/// Writes the fs-verity manifest of the tree's `usr/` into the tree (a new
+/// file: a hardlinked checkout's objects are never written through) and
+/// records its digest in `metadata`; the count of files it lists.
+pub fn seal_tree(tree: &Path, metadata: &mut Metadata) -> Result<usize> {
+    let manifest = Manifest::of_tree(tree).context("computing the fs-verity digests of usr/")?;
+    let text = manifest.render();
+    ImageRoot::open(tree)?.write(Path::new(verity::MANIFEST_PATH), text.as_bytes(), 0o644)?;
+    let digest = verity::digest_of(text.as_bytes())?;
+    metadata.insert(
+        verity::key::MANIFEST_DIGEST.to_string(),
+        MetaValue::Str(hex::encode(digest)),
+    );
+    Ok(manifest.files.len())
 }
 
 pub fn mark_insecure_cache(metadata: &mut Metadata, artifacts: &[String]) {

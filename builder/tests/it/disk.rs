@@ -298,12 +298,12 @@ fn the_same_inputs_give_the_same_image_and_it_holds_the_deployment() {
     for karg in KARGS.iter().chain(&["rw", "console=ttyS0,115200"]) {
         assert!(menu.contains(&format!(" {karg}")), "{karg} missing: {menu}");
     }
-    let root_uuid = run(Command::new("dumpe2fs").arg("-h").arg(format!(
+    let root_header = run(Command::new("dumpe2fs").arg("-h").arg(format!(
         "{}?offset={}",
         first.display(),
         offset(&first, 3)
     )));
-    let root_uuid = root_uuid
+    let root_uuid = root_header
         .lines()
         .find_map(|l| l.strip_prefix("Filesystem UUID:"))
         .unwrap()
@@ -326,6 +326,16 @@ fn the_same_inputs_give_the_same_image_and_it_holds_the_deployment() {
     assert!(
         config.contains("bootloader=grub2") && config.contains("readonly=true"),
         "{config}"
+    );
+    // Root can seal its files (ext4's verity feature), and the device's
+    // libostree seals every object it writes or fails.
+    assert!(config.contains("[ex-fsverity]\nrequired=true"), "{config}");
+    let features = root_header
+        .lines()
+        .find(|l| l.starts_with("Filesystem features:"));
+    assert!(
+        features.is_some_and(|f| f.split_whitespace().any(|w| w == "verity")),
+        "{root_header}"
     );
     assert!(debugfs(&first, 3, "ls /boot").lines().count() <= 3);
     // The deployment is a farm of hard links into the repo, kept as such.

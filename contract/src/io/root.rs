@@ -283,12 +283,8 @@ impl ImageRoot {
 
     /// Opens `rel` for reading, resolved inside the tree.
     pub fn open_file(&self, rel: &Path) -> Result<File> {
-        let handle = self
-            .root
-            .resolve(relative(rel))
-            .with_context(|| self.err("resolving", rel))?;
-        handle
-            .reopen(OpenFlags::O_RDONLY | OpenFlags::O_CLOEXEC)
+        self.root
+            .open_subpath(relative(rel), OpenFlags::O_RDONLY | OpenFlags::O_CLOEXEC)
             .with_context(|| self.err("opening", rel))
     }
 

@@ -106,6 +106,9 @@ fn shorten(text: &str) -> String {
 /// The built-in checks the image's required scripts call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Builtin {
+    /// Every file under /usr is sealed with fs-verity and measures as the
+    /// commit's manifest says; none is missing or added.
+    Tree,
     /// The running kernel is the deployment's (release) and, for `rt`,
     /// proven PREEMPT_RT (rtcheck over `uname -v` and /proc/config.gz).
     Kernel,
@@ -123,6 +126,7 @@ pub fn builtin(system: &System, check: Builtin) -> Result<String> {
     let info = ost::read_commit(&system.repo(), &system.current.csum())?;
     let flavor = deployment_flavor(system, &info);
     match check {
+        Builtin::Tree => crate::verity::check_tree(system),
         Builtin::Kernel => {
             let release = info
                 .metadata

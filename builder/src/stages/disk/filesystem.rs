@@ -48,6 +48,9 @@ pub struct Ext4<'a> {
     pub hash_seed: uuid::Uuid,
     pub inodes: Option<u64>,
     pub epoch: u64,
+    /// ext4's `verity` feature, so the device can seal its files with
+    /// fs-verity (the root filesystem, which holds the OS tree).
+    pub verity: bool,
 }
 
 /// `mkfs.ext4 -d` into the image at the partition's offset. The image's
@@ -73,6 +76,9 @@ pub fn make_ext4(fs: &Ext4) -> Result<()> {
         .arg(fs.source);
     if let Some(inodes) = fs.inodes {
         cmd.arg("-N").arg(inodes.to_string());
+    }
+    if fs.verity {
+        cmd.args(["-O", "verity"]);
     }
     cmd.arg(fs.image).arg(blocks.to_string());
     tool::run(&mut cmd).with_context(|| format!("building the {} filesystem", p.role.name()))?;

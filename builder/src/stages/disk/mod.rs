@@ -39,7 +39,7 @@ use emberrtos_contract::gate::gate_signed_kernel;
 use emberrtos_contract::io::root::ImageRoot;
 
 /// Bumped when the image layout changes, so old disk stamps go stale.
-pub const DISK_FORMAT: &str = concat!("imgbuild ", env!("CARGO_PKG_VERSION"), " disk 2");
+pub const DISK_FORMAT: &str = concat!("imgbuild ", env!("CARGO_PKG_VERSION"), " disk 3");
 
 /// The kernel arguments every disk boots with, before the commit's own:
 /// the root filesystem by UUID, read-write (ostree remounts `/usr`
@@ -448,6 +448,10 @@ fn stage_sysroot(request: &DiskRequest, inputs: &Inputs, paths: &StagingPaths) -
     // grub-mkconfig (ostree's grub2 backend), and /sysroot is read-only.
     sysroot::set_sysroot_config(&repo, "bootloader", "grub2")?;
     sysroot::set_sysroot_config(&repo, "readonly", "true")?;
+    // Every object the device writes gets fs-verity on, or the write fails
+    // (the root filesystem has ext4's verity feature, the kernel FS_VERITY);
+    // the health check seals what this build put there and measures it all.
+    sysroot::set_repo_config(&repo, "ex-fsverity", "required", "true")?;
     Ok(deployed.refspec)
 }
 
@@ -608,6 +612,7 @@ fn write_filesystems(
         (Role::Boot, &paths.boot, "boot", None),
         (Role::Root, &paths.sysroot, "root", Some(root_inodes)),
     ] {
+        let verity = role == Role::Root;
         let partition = layout.get(role);
         filesystem::make_ext4(&filesystem::Ext4 {
             image,
@@ -617,6 +622,7 @@ fn write_filesystems(
             hash_seed: layout::derive_uuid(&partition.fs_uuid, "hash-seed"),
             inodes,
             epoch,
+            verity,
         })?;
     }
     Ok(())

@@ -184,10 +184,15 @@ pub fn add_remote(repo: &ostree::Repo, repo_path: &Path, url: &str, key: &[u8]) 
 
 /// Sets `sysroot.<key>` in the repo's config.
 pub fn set_sysroot_config(repo: &ostree::Repo, key: &str, value: &str) -> Result<()> {
+    set_repo_config(repo, "sysroot", key, value)
+}
+
+/// Sets `<section>.<key>` in the repo's config.
+pub fn set_repo_config(repo: &ostree::Repo, section: &str, key: &str, value: &str) -> Result<()> {
     let config = repo.copy_config();
-    config.set_string("sysroot", key, value);
+    config.set_string(section, key, value);
     repo.write_config(&config)
-        .with_context(|| format!("setting sysroot.{key}={value}"))
+        .with_context(|| format!("setting {section}.{key}={value}"))
 }
 
 /// What the deploy made.
