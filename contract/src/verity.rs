@@ -132,17 +132,11 @@ impl Manifest {
     /// manifest's own path is left out).
     pub fn of_tree(root: &Path) -> Result<Manifest> {
         let mut files = BTreeMap::new();
-        for entry in walkdir::WalkDir::new(root.join("usr")).sort_by_file_name() {
-            let entry = entry.with_context(|| format!("walking {}/usr", root.display()))?;
-            if !entry.file_type().is_file() {
-                continue;
-            }
-            let rel = entry.path().strip_prefix(root).expect("walked under root");
-            let Some(name) = rel.to_str().filter(|n| check_path(n).is_ok()) else {
-                bail!("{} has a name the manifest cannot hold", entry.path().display());
-            };
+        for name in usr_files(root)? {
+            check_path(&name).map_err(|why| anyhow::anyhow!("the manifest cannot hold {why}"))?;
             if name != MANIFEST_PATH {
-                files.insert(name.to_string(), digest_file(entry.path())?);
+                let digest = digest_file(&root.join(&name))?;
+                files.insert(name, digest);
             }
         }
         Ok(Manifest { files })
@@ -177,6 +171,27 @@ impl Manifest {
         }
         Ok(Manifest { files })
     }
+}
+
+/// Every regular file under `usr/` of `root` (links not followed), by
+/// path from `root`, sorted; a name that is not UTF-8, which no manifest
+/// holds, is an error naming it.
+pub fn usr_files(root: &Path) -> Result<Vec<String>> {
+    let mut names = Vec::new();
+    for entry in walkdir::WalkDir::new(root.join("usr")).sort_by_file_name() {
+        let entry = entry.with_context(|| format!("walking {}/usr", root.display()))?;
+        if entry.file_type().is_file() {
+            let rel = entry.path().strip_prefix(root).expect("walked under root");
+            let Some(name) = rel.to_str() else {
+                bail!(
+                    "/{} has a name that is not UTF-8, which no manifest holds",
+                    rel.display()
+                );
+            };
+            names.push(name.to_string());
+        }
+    }
+    Ok(names)
 }
 
 /// A digest written as 64 lowercase hex digits (pure).

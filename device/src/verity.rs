@@ -163,7 +163,10 @@ pub fn check_tree(system: &System) -> Result<String> {
     let text = String::from_utf8(system.root.read(Path::new(verity::MANIFEST_PATH))?)
         .with_context(|| format!("/{} is not UTF-8", verity::MANIFEST_PATH))?;
     let manifest = Manifest::parse(&text)?;
-    let on_disk = regular_files(&system.root)?;
+    let on_disk: BTreeSet<String> = verity::usr_files(system.root.path())
+        .context("listing the files under /usr")?
+        .into_iter()
+        .collect();
     let present: Vec<String> = manifest
         .files
         .keys()
@@ -190,7 +193,9 @@ fn measure_sealing(system: &System, paths: &[String]) -> Result<(BTreeMap<String
     let mut unsealed = Vec::new();
     for rel in paths {
         match measure_file(&system.root, rel)? {
-            Some(digest) => drop(digests.insert(rel.clone(), digest)),
+            Some(digest) => {
+                digests.insert(rel.clone(), digest);
+            }
             None => unsealed.push(rel.clone()),
         }
     }
@@ -212,10 +217,10 @@ fn measure_file(root: &ImageRoot, rel: &str) -> Result<Option<Digest>> {
 }
 
 /// Seals `paths` of the booted deployment through `/sysroot`, made
-/// writable inside this process's own mount namespace only; the count.
-fn seal(system: &System, paths: &[String]) -> Result<usize> {
+/// writable inside this process's own mount namespace only.
+fn seal(system: &System, paths: &[String]) -> Result<()> {
     if paths.is_empty() {
-        return Ok(0);
+        return Ok(());
     }
     let writable = System::open(&system.path, Access::Write)?;
     if writable.live {
@@ -229,27 +234,7 @@ fn seal(system: &System, paths: &[String]) -> Result<usize> {
         let file = deployment.open_file(Path::new(rel))?;
         enable(&file).with_context(|| format!("sealing /{rel} with fs-verity"))?;
     }
-    Ok(paths.len())
-}
-
-/// Every regular file under `usr/` of `root`, by path from it; a name
-/// that is not UTF-8 (no manifest holds one) fails the check at once.
-fn regular_files(root: &ImageRoot) -> Result<BTreeSet<String>> {
-    let mut files = BTreeSet::new();
-    for entry in walkdir::WalkDir::new(root.path().join("usr")) {
-        let entry = entry.context("walking /usr")?;
-        if entry.file_type().is_file() {
-            let rel = entry.path().strip_prefix(root.path()).expect("walked under root");
-            let Some(name) = rel.to_str() else {
-                bail!(
-                    "the OS tree is not the commit's: /{} is not a name any commit holds (not UTF-8)",
-                    rel.display()
-                );
-            };
-            files.insert(name.to_string());
-        }
-    }
-    Ok(files)
+    Ok(())
 }
 
 /// Each measured digest against the manifest's, and the files either side
