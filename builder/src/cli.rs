@@ -264,6 +264,10 @@ pub struct DiffArgs {
     from: String,
     /// The commit they would take.
     to: String,
+    /// The most files named per directory group and kind (added, removed,
+    /// changed), in text and JSON; the rest are counted. 0 names them all.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    files_per_group: usize,
 }
 
 #[derive(Args, Debug)]
@@ -736,7 +740,7 @@ fn run_inspect(args: InspectArgs, json: bool) -> Result<u8> {
 }
 
 fn run_diff(args: DiffArgs, json: bool) -> Result<u8> {
-    let diff = diff::diff(&args.repo, &args.from, &args.to)?;
+    let diff = diff::diff(&args.repo, &args.from, &args.to, args.files_per_group)?;
     if json {
         print_json(&serde_json::to_value(&diff)?)?;
     } else {

@@ -23,7 +23,7 @@ use crate::stages::iso::{self, IsoOutput, LiveInputs};
 use crate::stages::kernel::build::{KernelOutput, build, kernel_key};
 use crate::stages::kernel::compiler::CompilerOptions;
 use crate::stages::kernel::config::{KconfigOutput, configure, read_fragments};
-use crate::stages::kernel::{self, MakeEnv, SourceTree};
+use crate::stages::kernel::{self, KernelDate, MakeEnv, SourceTree};
 use crate::stages::rootfs::{self, BuildInfo, ComposeInputs, KernelFiles, RootfsOutput};
 use crate::stages::tag::{self, TagOutput, TagRequest};
 use crate::stages::verify;
@@ -71,6 +71,10 @@ pub struct PipelineReport {
     pub flavor: String,
     pub work_dir: PathBuf,
     pub stages: Vec<StageReport>,
+    /// What the release reused and what devices download, once the run
+    /// has ended well.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub economics: Option<crate::economics::Economics>,
 }
 
 /// The kconfig stage's cache key: everything that can change the final `.config`.
@@ -111,10 +115,25 @@ pub struct SignedImage {
     pub sha256: String,
 }
 
-/// Runs the pipeline up to and including `until`.
+/// Runs the pipeline up to and including `until`, then says what the
+/// release cost ([`crate::economics`]).
 pub fn run(ctx: &Context, until: Stage, report: &mut PipelineReport) -> Result<()> {
     // Held until the run ends: a second run on this work dir fails at once.
     let _work_dir_lock = crate::cache::lock_work_dir(&ctx.work_dir)?;
+    run_stages(ctx, until, report)?;
+    let economics = crate::economics::of_run(&report.stages);
+    if !economics.parts.is_empty() {
+        ctx.ui
+            .step("release", "what this build reused, and what devices download");
+        for line in crate::economics::render(&economics).lines() {
+            ctx.ui.note(line);
+        }
+    }
+    report.economics = Some(economics);
+    Ok(())
+}
+
+fn run_stages(ctx: &Context, until: Stage, report: &mut PipelineReport) -> Result<()> {
     report.recipe = ctx.recipe.file.display().to_string();
     report.name = ctx.recipe.name.clone();
     report.version = ctx.recipe.version.clone();
@@ -128,9 +147,15 @@ pub fn run(ctx: &Context, until: Stage, report: &mut PipelineReport) -> Result<(
 
     let recipe = &ctx.recipe;
     let source = kernel::prepare_source(&fetched, &ctx.cache, &ctx.ui)?;
+    let kernel_date = KernelDate::of(recipe.kernel.source_date_epoch, &source)?;
+    ctx.ui.note(format!(
+        "kernel date: {} ({}), not the release's",
+        kernel::format_utc(kernel_date.epoch),
+        kernel_date.origin
+    ));
     let make_env = MakeEnv {
         compiler: ctx.compiler.clone(),
-        ..MakeEnv::new(recipe.source_date_epoch())
+        ..MakeEnv::new(kernel_date.epoch)
     };
     let toolchain = kernel::toolchain_id()?;
     let build_dir = kernel::build_dir(&ctx.work_dir, &source, &recipe.kernel.base);
@@ -144,23 +169,28 @@ pub fn run(ctx: &Context, until: Stage, report: &mut PipelineReport) -> Result<(
         return Ok(());
     }
 
-    let key = kernel_key(&source, &kconfig, &toolchain, &make_env);
+    let build_env = make_env.with_build_version(kernel::build_version(
+        &source.sha256,
+        &kconfig.config_sha256,
+        &toolchain,
+    ));
+    let key = kernel_key(&source, &kconfig, &toolchain, &build_env);
     let kernel: KernelOutput = ctx.run(report, Stage::Kernel)?.cached(
         &key,
         |out: &KernelOutput| out.bzimage.is_file(),
-        |dir| build(&source, &kconfig, &key, &make_env, &ctx.cache, dir, &ctx.ui),
+        |dir| build(&source, &kconfig, &key, &build_env, &ctx.cache, dir, &ctx.ui),
     )?;
     if until == Stage::Kernel {
         return Ok(());
     }
 
-    let verified = stage_verify(ctx, report, &kconfig, &kernel)?;
+    let verified = stage_verify(ctx, report, &kconfig, &kernel, kernel_date.epoch)?;
     if until == Stage::Verify {
         return Ok(());
     }
 
     let signed = verified.signed.as_ref();
-    let rootfs = stage_rootfs(ctx, report, &kernel, signed)?;
+    let rootfs = stage_rootfs(ctx, report, &kernel, signed, kernel_date.epoch)?;
     if until == Stage::Rootfs {
         return Ok(());
     }
@@ -224,6 +254,7 @@ fn stage_verify(
     report: &mut PipelineReport,
     kconfig: &KconfigOutput,
     kernel: &KernelOutput,
+    kernel_epoch: u64,
 ) -> Result<VerifyOutput> {
     let recipe = &ctx.recipe;
     let key = Key::new()
@@ -266,7 +297,7 @@ fn stage_verify(
             if recipe.flavor == Flavor::Rt {
                 verify::gate("verify", &evidence, &required)?;
             }
-            let signed = sign_kernel(ctx, &kernel.bzimage, dir)?;
+            let signed = sign_kernel(ctx, &kernel.bzimage, dir, kernel_epoch)?;
             Ok(VerifyOutput {
                 evidence,
                 passed,
@@ -277,8 +308,9 @@ fn stage_verify(
 }
 
 /// Signs the kernel the checks just passed, when the build has a key; says
-/// so when it has none.
-fn sign_kernel(ctx: &Context, bzimage: &Path, dir: &Path) -> Result<Option<SignedImage>> {
+/// so when it has none. The signature is dated by the kernel's date, so an
+/// unchanged kernel keeps its signed bytes from release to release.
+fn sign_kernel(ctx: &Context, bzimage: &Path, dir: &Path, kernel_epoch: u64) -> Result<Option<SignedImage>> {
     let Some(signing) = &ctx.signing else {
         ctx.ui.note(
             "no Secure Boot key (secure-boot: or --secure-boot-key): this build's images will not boot with Secure Boot on",
@@ -286,7 +318,7 @@ fn sign_kernel(ctx: &Context, bzimage: &Path, dir: &Path) -> Result<Option<Signe
         return Ok(None);
     };
     let path = dir.join("vmlinuz.signed");
-    signing.sign(bzimage, &path, dir, ctx.recipe.source_date_epoch())?;
+    signing.sign(bzimage, &path, dir, kernel_epoch)?;
     let sha256 = sha256_file(&path, None)?;
     ctx.ui.note(format!(
         "signed the proven kernel for Secure Boot: sha256 {sha256}, certificate sha256 {}",
@@ -452,6 +484,7 @@ fn stage_rootfs(
     report: &mut PipelineReport,
     kernel: &KernelOutput,
     signed: Option<&SignedImage>,
+    kernel_epoch: u64,
 ) -> Result<RootfsOutput> {
     let recipe = &ctx.recipe;
     let base_key = match &recipe.rootfs.base {
@@ -484,14 +517,7 @@ fn stage_rootfs(
         &key,
         |out: &RootfsOutput| out.tree.is_dir(),
         |dir| {
-            let epoch = recipe.source_date_epoch();
-            let base = rootfs::base::obtain(
-                &recipe.rootfs.base,
-                &ctx.cache,
-                &ctx.fetch_options,
-                epoch,
-                &ctx.ui,
-            )?;
+            let base = rootfs::base::obtain(&recipe.rootfs.base, &ctx.cache, &ctx.fetch_options, &ctx.ui)?;
             let kernel_files = kernel_files(kernel, signed);
             let info = BuildInfo {
                 name: recipe.name.clone(),
@@ -510,9 +536,13 @@ fn stage_rootfs(
                 busybox: &busybox,
                 device_tool: &device_tool,
                 jitter: &jitter,
-                epoch,
+                kernel_epoch,
             };
-            rootfs::compose(&inputs, dir, &ctx.ui)
+            let composed = rootfs::compose(&inputs, dir, &ctx.ui)?;
+            Ok(RootfsOutput {
+                base_reused: base.cached,
+                ..composed
+            })
         },
     )
 }

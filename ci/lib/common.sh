@@ -104,3 +104,13 @@ stages_run() {
 
 # kill_gpg_agent: stops the gpg-agent of $GNUPGHOME, if one runs.
 kill_gpg_agent() { gpgconf --kill gpg-agent 2> /dev/null || true; }
+
+# image_uts BZIMAGE: the kernel's `uname -v`, read from the image's own
+# version string (the setup header's pointer, boot protocol 2.00+), not by
+# imgbuild.
+image_uts() {
+    /usr/bin/python3 -c 'import sys
+d = open(sys.argv[1], "rb").read()
+at = int.from_bytes(d[0x20e:0x210], "little") + 0x200
+print(d[at:d.index(b"\0", at)].decode().split(") ", 1)[1])' "$1"
+}

@@ -108,6 +108,10 @@ pub struct Kernel {
     /// With the `CONFIG_` prefix.
     pub allow_dropped: Vec<String>,
     pub cmdline: Vec<String>,
+    /// `kernel.source-date-epoch`: the kernel's build date, else its
+    /// source's ([`crate::stages::kernel::KernelDate`]); never the release's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source_date_epoch: Option<u64>,
     /// How, not what: left out of the image hash and every cache key.
     #[serde(skip)]
     pub build: KernelBuild,

@@ -63,6 +63,9 @@ pub struct RawKernel {
     /// How the kernel is compiled (distcc, ccache, -j); not its output.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub build: Option<RawKernelBuild>,
+    /// The kernel's own build date; without it, its source's newest file's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_date_epoch: Option<u64>,
 }
 
 /// `kernel.build`: `{distcc: {hosts}, ccache: true | DIR, jobs: N}`.

@@ -207,8 +207,21 @@ pub(super) fn kernel(v: &Validator, rk: &RawKernel, flavor: Flavor) -> Result<Ke
         fragments: v.resolve_all("kernel.fragments", &rk.fragments)?,
         allow_dropped: allow_dropped(v, &rk.allow_dropped, flavor)?,
         cmdline: cmdline(v, &rk.cmdline)?,
+        source_date_epoch: kernel_date(v, rk.source_date_epoch)?,
         build: kernel_build(v, rk.build.as_ref())?,
     })
+}
+
+/// `kernel.source-date-epoch`: a Unix time the kernel's build stamp and
+/// the boot initramfs's 32-bit cpio dates can hold.
+fn kernel_date(v: &Validator, epoch: Option<u64>) -> Result<Option<u64>, RecipeError> {
+    match epoch {
+        Some(e) if e == 0 || e > u64::from(u32::MAX) => Err(v.error(
+            "kernel.source-date-epoch",
+            format!("{e} is not a Unix time from 1 to {}", u32::MAX),
+        )),
+        other => Ok(other),
+    }
 }
 
 fn kernel_build(v: &Validator, raw: Option<&RawKernelBuild>) -> Result<KernelBuild, RecipeError> {

@@ -918,6 +918,25 @@ fn bad_kernel_build_settings_name_their_field() {
 }
 
 #[test]
+fn the_kernel_date_is_optional_part_of_the_image_and_a_unix_time() {
+    let dir = workspace();
+    let text = recipe_text("{ debian: linux-source-6.12 }", "[rt.config]", "rt");
+    let plain = load(&dir, &text).unwrap();
+    assert_eq!(plain.kernel.source_date_epoch, None);
+    let dated = |line: &str| text.replace("  cmdline:", &format!("  source-date-epoch: {line}\n  cmdline:"));
+    let pinned = load(&dir, &dated("1764460800")).unwrap();
+    assert_eq!(pinned.kernel.source_date_epoch, Some(1_764_460_800));
+    assert_ne!(
+        pinned.sha256, plain.sha256,
+        "the kernel's date is part of the image"
+    );
+    for bad in ["0", "4294967296"] {
+        let e = err(&dir, &dated(bad));
+        assert_eq!(e.field, "kernel.source-date-epoch", "{bad}: {e}");
+    }
+}
+
+#[test]
 fn billion_laughs_recipe_is_refused_before_deserializing_naming_the_limit() {
     let laughs: String = (1..10)
         .map(|level| {

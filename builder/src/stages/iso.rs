@@ -308,6 +308,9 @@ pub struct IsoOutput {
     /// The ISO's SBOM, `<iso>.spdx.json` (absent in stamps of older builds).
     #[serde(default)]
     pub sbom: Option<PathBuf>,
+    /// The live base came from the cache (false in stamps of older builds).
+    #[serde(default)]
+    pub live_base_reused: bool,
 }
 
 pub struct LiveInputs<'a> {
@@ -382,7 +385,7 @@ pub fn build_iso(
         packages: inputs.packages.clone(),
         mirror: None,
     };
-    let base = base::obtain(&base_spec, cache, fetch_options, inputs.epoch, ui)?;
+    let base = base::obtain(&base_spec, cache, fetch_options, ui)?;
 
     let live_root = stage_dir.join("live-root");
     if live_root.exists() {
@@ -500,6 +503,7 @@ pub fn build_iso(
         live_rootfs_bytes,
         trimmed_bytes,
         sbom: Some(sbom_path),
+        live_base_reused: base.cached,
     })
 }
 

@@ -345,10 +345,57 @@ fn a_lib64_link_turned_directory_is_reported_changed() {
     let text = common::text(&output);
     assert!(output.status.success(), "{text}");
     assert!(
-        text.contains("  /lib64: 1 added, 0 removed, 1 changed\n    ~ /lib64\n"),
+        text.contains(
+            "  /lib64: 1 added, 0 removed, 1 changed\n    + /lib64/ld-linux-x86-64.so.2\n    ~ /lib64\n"
+        ),
         "{text}"
     );
     assert!(text.contains("    ~ /sbin\n"), "{text}");
+}
+
+#[test]
+fn added_files_are_named_up_to_the_limit_then_counted_in_text_and_json() {
+    let c = commits_changed_by(
+        |_| {},
+        |tree| {
+            for name in ["a.conf", "b.conf", "c.conf"] {
+                write(tree, &format!("usr/etc/emberrtos/{name}"), b"site=7\n");
+            }
+        },
+    );
+    let limited = |global: &[&str]| {
+        let output = imgbuild()
+            .args(global)
+            .args(["diff", "--files-per-group", "2", "--repo"])
+            .arg(&c.repo)
+            .args([&c.v1, &c.v2])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", common::text(&output));
+        output
+    };
+    let d: serde_json::Value = serde_json::from_slice(&limited(&["--json"]).stdout).unwrap();
+    let group = &d["files"]["etc/emberrtos"];
+    assert_eq!(
+        group["added"],
+        serde_json::json!(["etc/emberrtos/a.conf", "etc/emberrtos/b.conf"]),
+        "{group}"
+    );
+    assert_eq!(group["omitted"]["added"], 1, "{group}");
+    assert_eq!(d["files-per-group"], 2);
+    let text = common::text(&limited(&[]));
+    assert!(
+        text.contains(
+            "  /etc/emberrtos: 3 added, 0 removed, 0 changed\n    + /etc/emberrtos/a.conf\n    + /etc/emberrtos/b.conf\n    + ... and 1 more added (--files-per-group 0 lists them all)\n"
+        ),
+        "{text}"
+    );
+    let all: serde_json::Value = serde_json::from_slice(&diff_output(&c, &["--json"]).stdout).unwrap();
+    assert_eq!(
+        all["files"]["etc/emberrtos"]["added"].as_array().map(Vec::len),
+        Some(3)
+    );
+    assert!(all["files"]["etc/emberrtos"].get("omitted").is_none());
 }
 
 #[test]

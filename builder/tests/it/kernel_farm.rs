@@ -51,7 +51,14 @@ fn standin_tarball(dir: &Path) -> (PathBuf, String) {
     let status = Command::new("tar")
         .arg("-C")
         .arg(dir)
-        .args(["--sort=name", "--mtime=@0", "--owner=0", "--group=0", "-cJf"])
+        // Dated as a real source is: the kernel's date is its newest file's.
+        .args([
+            "--sort=name",
+            "--mtime=@1764460800",
+            "--owner=0",
+            "--group=0",
+            "-cJf",
+        ])
         .arg(&tarball)
         .arg("linux-standin")
         .status()

@@ -59,7 +59,7 @@ fn compose_in(
             busybox: Path::new("/bin/busybox"),
             device_tool: &common::device_binary(),
             jitter: &common::jitter_binary(),
-            epoch: 1_764_460_800,
+            kernel_epoch: 1_764_460_800,
         },
         &stage,
         &Ui::plain(),

@@ -128,6 +128,43 @@ pub struct FileChanges {
     pub added: Vec<String>,
     pub removed: Vec<String>,
     pub changed: Vec<String>,
+    /// How many names each list left out ([`limit_names`]).
+    #[serde(skip_serializing_if = "Omitted::is_none")]
+    pub omitted: Omitted,
+}
+
+/// Counts of names left out of a group's lists.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct Omitted {
+    pub added: usize,
+    pub removed: usize,
+    pub changed: usize,
+}
+
+impl Omitted {
+    pub fn is_none(&self) -> bool {
+        *self == Omitted::default()
+    }
+}
+
+/// Keeps the first `per_group` names of each list of each group (all of
+/// them when `per_group` is 0) and counts the rest in `omitted`.
+pub fn limit_names(groups: &mut BTreeMap<String, FileChanges>, per_group: usize) {
+    if per_group == 0 {
+        return;
+    }
+    let cut = |list: &mut Vec<String>| {
+        let over = list.len().saturating_sub(per_group);
+        list.truncate(per_group);
+        over
+    };
+    for group in groups.values_mut() {
+        group.omitted = Omitted {
+            added: cut(&mut group.added),
+            removed: cut(&mut group.removed),
+            changed: cut(&mut group.changed),
+        };
+    }
 }
 
 /// The group of a path: its first two components (`usr/bin`, `etc/ssh`),
@@ -207,6 +244,36 @@ pub fn files(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_past_the_limit_are_counted_not_listed() {
+        let names = |n: usize, kind: &str| (0..n).map(|i| format!("usr/bin/{kind}{i}")).collect::<Vec<_>>();
+        let mut groups = BTreeMap::from([(
+            "usr/bin".to_string(),
+            FileChanges {
+                added: names(5, "a"),
+                removed: names(2, "r"),
+                changed: names(3, "c"),
+                omitted: Omitted::default(),
+            },
+        )]);
+        let all = groups.clone();
+        limit_names(&mut groups, 0);
+        assert_eq!(groups, all);
+        limit_names(&mut groups, 3);
+        let group = &groups["usr/bin"];
+        assert_eq!(group.added, ["usr/bin/a0", "usr/bin/a1", "usr/bin/a2"]);
+        assert_eq!(group.removed.len(), 2);
+        assert_eq!(group.changed.len(), 3);
+        assert_eq!(
+            group.omitted,
+            Omitted {
+                added: 2,
+                removed: 0,
+                changed: 0
+            }
+        );
+    }
 
     fn versions(list: &[(&str, &str)]) -> PackageVersions {
         list.iter()

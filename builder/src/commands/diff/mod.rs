@@ -63,6 +63,8 @@ pub struct CommitDiff {
     pub kargs: ListChange,
     /// By group (`usr/bin`, `etc/ssh`, `lib64`, ...), over the whole tree.
     pub files: BTreeMap<String, FileChanges>,
+    /// The most names listed per group and kind; 0 lists all.
+    pub files_per_group: usize,
     pub download: Download,
 }
 
@@ -132,16 +134,21 @@ fn read_facts(repo: &ostree::Repo, rev: &str) -> Result<Facts> {
     })
 }
 
-/// Compares commit `from` with commit `to` (refs or checksums) in the repo at `path`.
-pub fn diff(path: &Path, from: &str, to: &str) -> Result<CommitDiff> {
+/// Compares commit `from` with commit `to` (refs or checksums) in the repo
+/// at `path`, naming at most `files_per_group` files of each kind per group
+/// (0: all).
+pub fn diff(path: &Path, from: &str, to: &str, files_per_group: usize) -> Result<CommitDiff> {
     let repo = ost::open(path)?;
     let a = read_facts(&repo, from).with_context(|| format!("reading {from}"))?;
     let b = read_facts(&repo, to).with_context(|| format!("reading {to}"))?;
+    let mut files = compare::files(&a.files, &b.files);
+    compare::limit_names(&mut files, files_per_group);
     Ok(CommitDiff {
         packages: compare::packages(&a.packages, &b.packages),
         kernel_symbols: compare::config_symbols(&a.config, &b.config),
         kargs: compare::kargs(&a.kargs, &b.kargs),
-        files: compare::files(&a.files, &b.files),
+        files,
+        files_per_group,
         download: download::download(&repo, path, &a.side.checksum, &b.side.checksum)?,
         from: a.side,
         to: b.side,
@@ -189,6 +196,36 @@ fn render_packages(out: &mut String, changes: &PackageChanges) {
     }
 }
 
+/// One group's counts, then its names: `+` added, `-` removed, `~` changed,
+/// and what the limit left out.
+fn render_group(out: &mut String, group: &str, f: &FileChanges) {
+    let _ = writeln!(
+        out,
+        "  /{}: {} added, {} removed, {} changed",
+        group.escape_debug(),
+        f.added.len() + f.omitted.added,
+        f.removed.len() + f.omitted.removed,
+        f.changed.len() + f.omitted.changed
+    );
+    for (mark, names, omitted, kind) in [
+        ('+', &f.added, f.omitted.added, "added"),
+        ('-', &f.removed, f.omitted.removed, "removed"),
+        ('~', &f.changed, f.omitted.changed, "changed"),
+    ] {
+        // A commit's names reach the terminal: control characters and
+        // bidirectional overrides are shown escaped, never interpreted.
+        for path in names {
+            let _ = writeln!(out, "    {mark} /{}", path.escape_debug());
+        }
+        if omitted > 0 {
+            let _ = writeln!(
+                out,
+                "    {mark} ... and {omitted} more {kind} (--files-per-group 0 lists them all)"
+            );
+        }
+    }
+}
+
 /// The diff as `imgbuild diff` prints it.
 pub fn render(diff: &CommitDiff) -> String {
     let mut out = String::new();
@@ -220,16 +257,7 @@ pub fn render(diff: &CommitDiff) -> String {
     );
     let _ = writeln!(out, "files in the whole tree (/usr/etc as /etc):");
     for (group, f) in &diff.files {
-        let _ = writeln!(
-            out,
-            "  /{group}: {} added, {} removed, {} changed",
-            f.added.len(),
-            f.removed.len(),
-            f.changed.len()
-        );
-        for path in f.changed.iter().take(5) {
-            let _ = writeln!(out, "    ~ /{path}");
-        }
+        render_group(&mut out, group, f);
     }
     let d = &diff.download;
     let percent = if d.full_pull_bytes == 0 {
@@ -243,4 +271,38 @@ pub fn render(diff: &CommitDiff) -> String {
         d.bytes, d.by, d.full_pull_bytes
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use compare::Omitted;
+
+    #[test]
+    fn a_group_names_its_files_counts_the_rest_and_escapes_what_a_terminal_would_run() {
+        let group = FileChanges {
+            added: vec![
+                "etc/emberrtos/site.conf".into(),
+                "etc/emberrtos/\u{1b}[2Jx".into(),
+            ],
+            removed: vec!["etc/emberrtos/old".into()],
+            changed: vec!["etc/emberrtos/\u{202e}fdp.exe".into()],
+            omitted: Omitted {
+                added: 7,
+                removed: 0,
+                changed: 0,
+            },
+        };
+        let mut out = String::new();
+        render_group(&mut out, "etc/emberrtos", &group);
+        assert_eq!(
+            out,
+            "  /etc/emberrtos: 9 added, 1 removed, 1 changed\n\
+             \x20   + /etc/emberrtos/site.conf\n\
+             \x20   + /etc/emberrtos/\\u{1b}[2Jx\n\
+             \x20   + ... and 7 more added (--files-per-group 0 lists them all)\n\
+             \x20   - /etc/emberrtos/old\n\
+             \x20   ~ /etc/emberrtos/\\u{202e}fdp.exe\n"
+        );
+    }
 }

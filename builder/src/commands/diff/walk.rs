@@ -50,7 +50,7 @@ pub fn walk(root: &gio::File, max_depth: usize) -> Result<BTreeMap<String, TreeE
 
 /// The file object checksum of a regular file or symlink in a commit (it
 /// covers content, link target, mode, owner and xattrs).
-fn object_checksum(file: &gio::File, path: &str) -> Result<String> {
+pub fn object_checksum(file: &gio::File, path: &str) -> Result<String> {
     let repo_file = file
         .downcast_ref::<ostree::RepoFile>()
         .context("not a file inside an ostree commit")?;

@@ -118,10 +118,79 @@ pub fn build_dir(work_dir: &Path, source: &SourceTree, base: &ConfigBase) -> Pat
         .join(format!("{}-{base_name}", &source.sha256[..12]))
 }
 
+/// The kernel's build date: its own, never the release's, so a release that
+/// changes no kernel input reuses the kernel built for an earlier one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelDate {
+    pub epoch: u64,
+    /// Where it came from, for the build's output.
+    pub origin: String,
+}
+
+impl KernelDate {
+    /// `kernel.source-date-epoch` when the recipe sets it, else the
+    /// source's date ([`newest_mtime`]), which is then not read at all.
+    pub fn of(recipe_epoch: Option<u64>, source: &SourceTree) -> Result<KernelDate> {
+        Ok(match recipe_epoch {
+            Some(epoch) => KernelDate {
+                epoch,
+                origin: "kernel.source-date-epoch".into(),
+            },
+            None => KernelDate {
+                epoch: newest_mtime(&source.root)?,
+                origin: "the newest file of its source".into(),
+            },
+        })
+    }
+}
+
+/// The newest modification time of the regular files under `root` (links
+/// not followed): a source tarball's own date (`git archive` stamps every
+/// file with the release commit's time; Debian's with its changelog's).
+/// Directories and links are left out: their times are the extraction's.
+pub fn newest_mtime(root: &Path) -> Result<u64> {
+    let mut newest = 0u64;
+    for entry in walkdir::WalkDir::new(root).follow_links(false) {
+        let entry = entry.with_context(|| format!("reading {}", root.display()))?;
+        if !entry.file_type().is_file() {
+            continue;
+        }
+        let meta = entry
+            .metadata()
+            .with_context(|| format!("reading {}", entry.path().display()))?;
+        let mtime = u64::try_from(std::os::unix::fs::MetadataExt::mtime(&meta)).unwrap_or(0);
+        newest = newest.max(mtime);
+    }
+    // The extraction turns a date of 0 into 1: neither is a date.
+    if newest <= 1 || newest > u64::from(u32::MAX) {
+        bail!(
+            "the newest file under {} is dated {newest}, not a usable build date: set kernel.source-date-epoch in the recipe",
+            root.display()
+        );
+    }
+    Ok(newest)
+}
+
+/// The kernel's build version (`#<id>` in `uname -v`): a short digest of
+/// what the kernel is built from, so two kernels of one source and date but
+/// different configurations tell themselves apart.
+pub fn build_version(source_sha256: &str, config_sha256: &str, toolchain: &str) -> String {
+    let digest = crate::io::hashing::sha256_hex(format!(
+        "source={source_sha256}\nconfig={config_sha256}\ntoolchain={toolchain}\n"
+    ));
+    digest[..BUILD_VERSION_HEX].to_string()
+}
+
+/// Hex digits of [`build_version`]: `uname -v` is cut at 64 characters.
+const BUILD_VERSION_HEX: usize = 8;
+
 /// How make is invoked: reproducibility variables and parallelism.
 #[derive(Clone, Debug)]
 pub struct MakeEnv {
     pub source_date_epoch: u64,
+    /// `KBUILD_BUILD_VERSION`: `1` until the configuration is known
+    /// ([`build_version`]).
+    pub build_version: String,
     /// How the kernel's C is compiled (distcc, ccache, -j): not in
     /// [`MakeEnv::key_text`], since the output is the same.
     pub compiler: compiler::CompilerOptions,
@@ -131,7 +200,16 @@ impl MakeEnv {
     pub fn new(source_date_epoch: u64) -> Self {
         MakeEnv {
             source_date_epoch,
+            build_version: "1".into(),
             compiler: compiler::CompilerOptions::default(),
+        }
+    }
+
+    /// The same environment with `KBUILD_BUILD_VERSION` set to `version`.
+    pub fn with_build_version(&self, version: String) -> Self {
+        MakeEnv {
+            build_version: version,
+            ..self.clone()
         }
     }
 
@@ -141,7 +219,7 @@ impl MakeEnv {
             ("KBUILD_BUILD_TIMESTAMP", format_utc(self.source_date_epoch)),
             ("KBUILD_BUILD_USER", "imgbuild".into()),
             ("KBUILD_BUILD_HOST", "imgbuild".into()),
-            ("KBUILD_BUILD_VERSION", "1".into()),
+            ("KBUILD_BUILD_VERSION", self.build_version.clone()),
             ("SOURCE_DATE_EPOCH", self.source_date_epoch.to_string()),
             // Keeps scripts/setlocalversion from appending `+`.
             ("LOCALVERSION", String::new()),
@@ -229,5 +307,75 @@ mod tests {
         };
         assert_eq!(a.key_text(), b.key_text());
         assert_ne!(a.key_text(), MakeEnv::new(6).key_text());
+        assert_ne!(a.key_text(), a.with_build_version("0a1b2c3d".into()).key_text());
+    }
+
+    #[test]
+    fn the_build_version_names_source_configuration_and_toolchain() {
+        let v = build_version("s", "c", "t");
+        assert_eq!(v.len(), BUILD_VERSION_HEX);
+        assert!(v.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_eq!(v, build_version("s", "c", "t"));
+        for other in [
+            build_version("s2", "c", "t"),
+            build_version("s", "c2", "t"),
+            build_version("s", "c", "t2"),
+        ] {
+            assert_ne!(v, other);
+        }
+        // The longest `uname -v` this gives fits the kernel's 64 characters.
+        let uts = format!("#{v} SMP PREEMPT_DYNAMIC {}", format_utc(u64::from(u32::MAX)));
+        assert!(uts.len() <= 64, "{uts}");
+    }
+
+    #[test]
+    fn a_source_is_dated_by_its_newest_file_and_the_recipe_overrides_it() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("kernel")).unwrap();
+        for (name, mtime) in [("Makefile", 1_763_000_000i64), ("kernel/fork.c", 1_764_300_000)] {
+            let path = dir.path().join(name);
+            std::fs::write(&path, "x").unwrap();
+            let time = std::time::UNIX_EPOCH + std::time::Duration::from_secs(mtime as u64);
+            std::fs::File::options()
+                .write(true)
+                .open(&path)
+                .unwrap()
+                .set_modified(time)
+                .unwrap();
+        }
+        // Directories and links carry the extraction's time: now.
+        std::os::unix::fs::symlink("Makefile", dir.path().join("link")).unwrap();
+        let date = newest_mtime(dir.path()).unwrap();
+        assert_eq!(date, 1_764_300_000);
+        let source = SourceTree {
+            root: dir.path().into(),
+            sha256: "s".into(),
+        };
+        assert_eq!(KernelDate::of(None, &source).unwrap().epoch, 1_764_300_000);
+        assert_eq!(KernelDate::of(Some(5), &source).unwrap().epoch, 5);
+    }
+
+    #[test]
+    fn a_source_dated_1970_is_refused_naming_the_recipe_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("Makefile");
+        std::fs::write(&path, "x").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1))
+            .unwrap();
+        let error = newest_mtime(dir.path()).unwrap_err().to_string();
+        assert!(error.contains("kernel.source-date-epoch"), "{error}");
+        // The recipe's date stands in; the source's is then not read.
+        let source = SourceTree {
+            root: dir.path().into(),
+            sha256: "s".into(),
+        };
+        assert_eq!(
+            KernelDate::of(Some(1_764_460_800), &source).unwrap().epoch,
+            1_764_460_800
+        );
     }
 }

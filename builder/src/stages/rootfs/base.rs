@@ -53,13 +53,20 @@ pub fn debian_sources(suite: &str, mirror: Option<&str>, packages: &[String]) ->
     sources
 }
 
+/// The date a Debian base is built at (`SOURCE_DATE_EPOCH` of mmdebstrap),
+/// 2025-11-30, whatever the release: the dates packages write into files
+/// (`/etc/shadow`'s last-change day) stay the same from one release to the
+/// next, and the base's packages alone say what it holds. Each release's
+/// own date is its commit's timestamp.
+pub const BASE_EPOCH: u64 = 1_764_460_800;
+
 /// The mmdebstrap inputs as a stable key.
 pub fn debian_key(suite: &str, variant: &str, packages: &[String], mirror: Option<&str>) -> String {
     let mut packages = packages.to_vec();
     packages.sort();
     packages.dedup();
     sha256_hex(format!(
-        "suite={suite}\nvariant={variant}\npackages={}\nsources={}\n",
+        "suite={suite}\nvariant={variant}\npackages={}\nsources={}\nepoch={BASE_EPOCH}\n",
         packages.join(","),
         debian_sources(suite, mirror, &packages).join("|")
     ))
@@ -69,7 +76,6 @@ pub fn obtain(
     base: &RootfsBase,
     cache: &Cache,
     fetch_options: &FetchOptions,
-    epoch: u64,
     ui: &Ui,
 ) -> Result<BaseTarball> {
     match base {
@@ -112,16 +118,7 @@ pub fn obtain(
                     cached: true,
                 });
             }
-            mmdebstrap(
-                suite,
-                variant,
-                packages,
-                mirror.as_deref(),
-                &path,
-                cache,
-                epoch,
-                ui,
-            )?;
+            mmdebstrap(suite, variant, packages, mirror.as_deref(), &path, cache, ui)?;
             remote::forget_insecure(cache, remote::ROOTFS_BASE, &key);
             Ok(BaseTarball {
                 path,
@@ -206,7 +203,6 @@ fn mmdebstrap_args(
     args
 }
 
-#[allow(clippy::too_many_arguments)]
 fn mmdebstrap(
     suite: &str,
     variant: &str,
@@ -214,7 +210,6 @@ fn mmdebstrap(
     mirror: Option<&str>,
     dest: &Path,
     cache: &Cache,
-    epoch: u64,
     ui: &Ui,
 ) -> Result<()> {
     check_debian_inputs(suite, packages, mirror)?;
@@ -229,7 +224,7 @@ fn mmdebstrap(
         temp.path(),
         &apt_cache,
     ))
-    .env("SOURCE_DATE_EPOCH", epoch.to_string());
+    .env("SOURCE_DATE_EPOCH", BASE_EPOCH.to_string());
     let log = cache
         .root()
         .join("tmp")

@@ -60,7 +60,9 @@ pub struct ComposeInputs<'a> {
     pub device_tool: &'a Path,
     /// The `jitter` binary ([`find_jitter`]).
     pub jitter: &'a Path,
-    pub epoch: u64,
+    /// The kernel's date ([`crate::stages::kernel::KernelDate`]): the boot
+    /// initramfs's, which goes with the kernel, never the release's.
+    pub kernel_epoch: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -73,6 +75,10 @@ pub struct RootfsOutput {
     pub size_bytes: u64,
     pub files: u64,
     pub layout: layout::LayoutReport,
+    /// The base rootfs came from the cache (set by the caller, which
+    /// obtains it; false in stamps of older builds).
+    #[serde(default)]
+    pub base_reused: bool,
 }
 
 /// The host's static busybox (Debian package busybox-static).
@@ -121,13 +127,18 @@ fn install_kernel_and_initramfs(root: &ImageRoot, inputs: &ComposeInputs, ui: &U
         )),
     }
     let staged = tempfile::NamedTempFile::new()?;
-    let sha256 = initramfs.write_compressed(staged.path(), codec, inputs.epoch as u32)?;
+    let sha256 = initramfs.write_compressed(staged.path(), codec, cpio_mtime(inputs.kernel_epoch))?;
     root.copy_in(staged.path(), &modules_dir.join("initramfs.img"), 0o644)?;
     ui.note(format!(
         "boot initramfs: {} entries, {codec:?}, sha256 {sha256}",
         initramfs.len()
     ));
     Ok(sha256)
+}
+
+/// A cpio date: the Unix time, held to the format's 32 bits.
+fn cpio_mtime(epoch: u64) -> u32 {
+    u32::try_from(epoch).unwrap_or(u32::MAX)
 }
 
 /// The `emberrtos-device` binary to ship in the OS: `$IMGBUILD_DEVICE_TOOL`,
@@ -255,6 +266,7 @@ pub fn compose(inputs: &ComposeInputs, stage_dir: &Path, ui: &Ui) -> Result<Root
         size_bytes,
         files,
         layout,
+        base_reused: false,
     })
 }
 
