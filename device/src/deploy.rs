@@ -106,10 +106,11 @@ pub fn deploy_commit(system: &System, checksum: &str, refspec: &str) -> Result<o
     let policy = emberrtos_contract::commit::policy_of(&ost::read_commit(&system.repo(), checksum)?);
     super::health::trial::begin(system, &deployment, &policy)?;
     println!(
-        "{}.{} boots on trial: {} tries to reach healthy, else GRUB starts {}.{} again",
+        "{}.{} boots on trial: {} {} to reach healthy, else GRUB starts {}.{} again",
         deployment.csum(),
         deployment.deployserial(),
         policy.boot_tries,
+        if policy.boot_tries == 1 { "try" } else { "tries" },
         current.csum(),
         current.deployserial()
     );

@@ -1,0 +1,43 @@
+# Sourced by ci/test: tiers that run beside others, at a lower CPU priority,
+# on the CPU the foreground leaves idle (the tests and the VM tiers wait on
+# I/O, SSH and guests much of the time). Each job's output goes to its log,
+# printed when it is joined; a job still running when ci/test ends early is
+# stopped with everything it started.
+# shellcheck shell=sh
+
+background_dir=${background_dir:-$PWD/target/background}
+background_jobs=
+
+# background NAME NICENESS COMMAND...: starts COMMAND in its own session.
+background() {
+    name=$1 niceness=$2
+    shift 2
+    mkdir -p "$background_dir"
+    date +%s > "$background_dir/$name.start"
+    setsid nice -n "$niceness" "$@" > "$background_dir/$name.log" 2>&1 < /dev/null &
+    echo $! > "$background_dir/$name.pid"
+    background_jobs="$background_jobs $name"
+    trap stop_background EXIT
+    echo "ci/test: $name runs in the background (nice $niceness; log: $background_dir/$name.log)"
+}
+
+# stop_background: stops every job not joined yet (and what it started).
+stop_background() {
+    for name in $background_jobs; do
+        kill -TERM -- "-$(cat "$background_dir/$name.pid")" 2> /dev/null || true
+    done
+}
+
+# join NAME: waits for NAME, prints its log, and fails when it failed.
+join() {
+    name=$1
+    t_join=$(date +%s)
+    status=0
+    wait "$(cat "$background_dir/$name.pid")" || status=$?
+    background_jobs=$(echo "$background_jobs" | tr ' ' '\n' | grep -vx "$name" | tr '\n' ' ')
+    log=$background_dir/$name.log
+    cat "$log"
+    # The log's last write is when the job ended.
+    echo "ci/test: $name ran $(( $(stat -c %Y "$log") - $(cat "$background_dir/$name.start") ))s in the background; waited $(( $(date +%s) - t_join ))s for it"
+    [ "$status" = 0 ] || { echo "ci/test: $name FAILED (exit $status)" >&2; exit 1; }
+}
