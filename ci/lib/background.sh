@@ -14,7 +14,12 @@ background() {
     shift 2
     mkdir -p "$background_dir"
     date +%s > "$background_dir/$name.start"
-    setsid nice -n "$niceness" "$@" > "$background_dir/$name.log" 2>&1 < /dev/null &
+    # A new session is a new autogroup when the kernel groups tasks by
+    # session (sched(7)), and autogroups share the CPU equally whatever
+    # their tasks' nice values: the job's group gets the niceness too.
+    # shellcheck disable=SC2016 # expanded by the job's shell
+    setsid sh -c 'if [ -w /proc/self/autogroup ]; then echo "$0" > /proc/self/autogroup; fi; exec nice -n "$0" "$@"' \
+        "$niceness" "$@" > "$background_dir/$name.log" 2>&1 < /dev/null &
     echo $! > "$background_dir/$name.pid"
     background_jobs="$background_jobs $name"
     trap stop_background EXIT
