@@ -180,6 +180,10 @@ pub struct VerifyKernelArgs {
     /// A modules directory (lib/modules/<release>) whose vermagic to check.
     #[arg(long)]
     modules: Option<PathBuf>,
+    /// The machine the kernel must be for (x86_64 or arm64); without it,
+    /// the image's header decides which checks read it.
+    #[arg(long)]
+    arch: Option<rtcheck::Arch>,
 }
 
 #[derive(Args, Debug)]
@@ -610,7 +614,10 @@ fn run_recipe(args: RecipeArgs, ui: Ui, json: bool) -> Result<u8> {
 }
 
 fn run_verify_kernel(args: VerifyKernelArgs, json: bool) -> Result<u8> {
-    let evidence = verify::check_artifacts(&args.image, args.config.as_deref(), args.modules.as_deref())?;
+    let mut evidence = verify::check_artifacts(&args.image, args.config.as_deref(), args.modules.as_deref())?;
+    if let Some(arch) = args.arch {
+        evidence.expect_arch(arch);
+    }
     let required = rtcheck::required_checks(rtcheck::RequiredFor::image(args.config.is_some()));
     let verdict = verify::gate("verify-kernel", &evidence, &required);
     if json {

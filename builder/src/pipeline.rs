@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{Context as _, Result};
+use anyhow::{Context as _, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use crate::cache::{Cache, remote};
@@ -118,6 +118,13 @@ pub struct SignedImage {
 /// Runs the pipeline up to and including `until`, then says what the
 /// release cost ([`crate::economics`]).
 pub fn run(ctx: &Context, until: Stage, report: &mut PipelineReport) -> Result<()> {
+    if ctx.recipe.arch != rtcheck::Arch::X86_64 {
+        bail!(
+            "{}: arch: {}: this imgbuild checks arm64 kernels (verify-kernel, every gate) but does not build arm64 images yet; only x86_64 recipes run",
+            ctx.recipe.file.display(),
+            ctx.recipe.arch
+        );
+    }
     // Held until the run ends: a second run on this work dir fails at once.
     let _work_dir_lock = crate::cache::lock_work_dir(&ctx.work_dir)?;
     run_stages(ctx, until, report)?;
@@ -281,6 +288,7 @@ fn stage_verify(
         |dir| {
             let mut evidence =
                 verify::check_artifacts(&kernel.bzimage, Some(&kernel.config), kernel.modules.as_deref())?;
+            evidence.expect_arch(recipe.arch);
             evidence
                 .checks
                 .insert(0, verify::config_check(kconfig.requested, kconfig.preempt_rt));
@@ -602,6 +610,7 @@ fn stage_commit(
         name: &recipe.name,
         version: &recipe.version,
         flavor: recipe.flavor,
+        arch: recipe.arch,
         kernel_release: &kernel.release,
         kernel_config_sha256: &kernel.config_sha256,
         kargs: &recipe.kernel.cmdline,

@@ -4,7 +4,7 @@
 //! them back through the functions here.
 
 use anyhow::{Context, Result};
-use rtcheck::Evidence;
+use rtcheck::{Arch, Evidence};
 
 use crate::ostree::CommitInfo;
 use crate::policy::HealthPolicy;
@@ -16,6 +16,8 @@ pub mod key {
     pub const LINUX: &str = "ostree.linux";
     pub const NAME: &str = "imgbuild.name";
     pub const FLAVOR: &str = "imgbuild.flavor";
+    /// The machine the commit is for ([`rtcheck::Arch`]'s name).
+    pub const ARCH: &str = "imgbuild.arch";
     pub const KERNEL_RELEASE: &str = "imgbuild.kernel.release";
     pub const KERNEL_CONFIG_SHA256: &str = "imgbuild.kernel.config-sha256";
     pub const KARGS: &str = "imgbuild.kargs";
@@ -33,6 +35,20 @@ pub mod key {
     pub const CACHE_INSECURE: &str = "imgbuild.cache.insecure";
     /// Those artifacts, as `<area>/<key>`.
     pub const CACHE_INSECURE_ARTIFACTS: &str = "imgbuild.cache.insecure-artifacts";
+}
+
+/// The machine commit `info` is for (`imgbuild.arch`): x86_64 for commits
+/// from before the key, which were all built for it.
+pub fn arch_of(info: &CommitInfo) -> Result<Arch> {
+    let Some(value) = info.metadata.get(key::ARCH) else {
+        return Ok(Arch::X86_64);
+    };
+    let checksum = &info.checksum;
+    let name = value
+        .as_str()
+        .with_context(|| format!("commit {checksum}: {} is not a string", key::ARCH))?;
+    name.parse()
+        .with_context(|| format!("commit {checksum}: {}", key::ARCH))
 }
 
 /// Reads the evidence back from a commit's metadata (what devices see).

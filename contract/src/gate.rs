@@ -10,7 +10,7 @@ use ostree::gio;
 use ostree::gio::prelude::*;
 use rtcheck::evidence::{Check, check_image, modules_check};
 use rtcheck::vermagic::{Vermagic, read_vermagic};
-use rtcheck::{CheckId, Evidence, RequiredFor, required_checks};
+use rtcheck::{Arch, CheckId, Evidence, RequiredFor, required_checks};
 
 use crate::commit::{self, BOOT_EVIDENCE};
 use crate::error::Refused;
@@ -182,6 +182,10 @@ pub fn verify_committed_kernel(repo: &ostree::Repo, rev: &str) -> Result<Committ
         .map(|bytes| String::from_utf8(bytes).context("the committed kernel config is not UTF-8"))
         .transpose()?;
     let mut evidence = check_image(&image, config.as_deref());
+    match commit::arch_of(&ost::read_commit(repo, &checksum)?) {
+        Ok(arch) => evidence.expect_arch(arch),
+        Err(e) => evidence.record(Check::fail(CheckId::Header.as_str(), format!("{e:#}"))),
+    }
     let mut modules = Vec::new();
     module_vermagics(&dir, "", &mut modules)?;
     let has_modules = !modules.is_empty();
@@ -251,6 +255,7 @@ pub fn combined_evidence(
     expected_iso: Option<&str>,
 ) -> (Evidence, Vec<String>) {
     let mut evidence = Evidence {
+        arch: kernel.evidence.arch,
         release: Some(kernel.release.clone()),
         uts_version: Some(kernel.uts_version.clone()),
         checks: recorded
@@ -333,6 +338,45 @@ pub fn gate_commit_as(
     } else {
         Err(refuse(problems))
     }
+}
+
+/// Refuses (exit 3, naming `stage` and what did not happen) a commit that is
+/// not for the machine this runs on: its `imgbuild.arch` and its kernel's
+/// header must both name it. Every commit a device deploys passes here,
+/// whatever its flavor.
+pub fn gate_machine(repo: &ostree::Repo, checksum: &str, stage: &str, consequence: &str) -> Result<()> {
+    let Some(here) = Arch::from_machine(std::env::consts::ARCH) else {
+        return Ok(());
+    };
+    let declared = commit::arch_of(&ost::read_commit(repo, checksum)?);
+    let image = rtcheck::evidence::image_arch(&committed_image(repo, checksum)?);
+    let reasons = machine_problems(here, declared, image);
+    if reasons.is_empty() {
+        return Ok(());
+    }
+    Err(Refused {
+        stage: stage.into(),
+        summary: format!("commit {checksum} is not for this {here} machine; {consequence}"),
+        reasons,
+    }
+    .into())
+}
+
+/// Why a commit that declares `declared` and whose kernel's header reads as
+/// `image` is not for a `here` machine (pure).
+fn machine_problems(here: Arch, declared: Result<Arch>, image: Option<Arch>) -> Vec<String> {
+    let mut problems = Vec::new();
+    match declared {
+        Ok(arch) if arch != here => problems.push(format!("the commit says {}={arch}", commit::key::ARCH)),
+        Ok(_) => {}
+        Err(e) => problems.push(format!("{e:#}")),
+    }
+    match image {
+        Some(arch) if arch != here => problems.push(format!("its kernel is for {arch}")),
+        Some(_) => {}
+        None => problems.push("its kernel is neither an x86 bzImage nor an arm64 Image".into()),
+    }
+    problems
 }
 
 /// The bytes of commit `rev`'s one `vmlinuz` (found as the gate finds it).
@@ -481,6 +525,19 @@ mod tests {
         assert!(other_iso[0].contains("live ISO of this build"), "{other_iso:?}");
         let unnamed = boot(&k.release, &k.uts_version, None);
         assert!(boot_binding_problems(&k, &unnamed, None)[0].contains("does not name"));
+    }
+
+    #[test]
+    fn a_commit_for_another_machine_is_refused_naming_why() {
+        let none = machine_problems(Arch::X86_64, Ok(Arch::X86_64), Some(Arch::X86_64));
+        assert!(none.is_empty(), "{none:?}");
+        let declared = machine_problems(Arch::X86_64, Ok(Arch::Arm64), Some(Arch::X86_64));
+        assert_eq!(declared, ["the commit says imgbuild.arch=arm64"]);
+        // The kernel is read, not the claim.
+        let kernel = machine_problems(Arch::Arm64, Ok(Arch::Arm64), Some(Arch::X86_64));
+        assert_eq!(kernel, ["its kernel is for x86_64"]);
+        let unknown = machine_problems(Arch::X86_64, Err(anyhow::anyhow!("bad")), None);
+        assert_eq!(unknown.len(), 2, "{unknown:?}");
     }
 
     #[test]

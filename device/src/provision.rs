@@ -34,7 +34,7 @@ use super::secure_boot;
 use super::system::{Access, System};
 use crate::machine;
 use emberrtos_contract::error::{Refused, exit};
-use emberrtos_contract::gate::gate_commit_as;
+use emberrtos_contract::gate::{gate_commit_as, gate_machine};
 use emberrtos_contract::ostree as ost;
 use emberrtos_contract::paths::REMOTE;
 use emberrtos_contract::provision::{self, Flavor, LABEL, MEDIUM_FILE, Provision};
@@ -356,21 +356,19 @@ fn wait_for_network() {
 /// The checks a commit passes on this device before it is deployed: the RT
 /// gate, then the firmware's Secure Boot `db`. The error is the refusal's reason.
 fn verify(system: &System, repo: &ostree::Repo, rt_ref: &str, checksum: &str) -> Result<(), String> {
+    gate_machine(repo, checksum, "provision", "not deployed").map_err(|e| refusal_reason("machine", &e))?;
     gate_commit_as(repo, rt_ref, checksum, "provision", "not deployed").map_err(|e| verify_reason(&e))?;
     println!("{rt_ref}: commit {checksum} verified on this device: PREEMPT_RT");
     secure_boot::require_trusted_kernel(system, repo, checksum, "provision", "not deployed")
-        .map_err(|e| secure_boot_reason(&e))
+        .map_err(|e| refusal_reason("secure-boot", &e))
 }
 
-/// The reason of a Secure Boot refusal: `secure-boot: <summary> (<reasons>)`.
-fn secure_boot_reason(error: &anyhow::Error) -> String {
+/// The reason of a refusal by a gate other than the RT one (`machine`,
+/// `secure-boot`): `<what>: <summary> (<reasons>)`.
+fn refusal_reason(what: &str, error: &anyhow::Error) -> String {
     match error.downcast_ref::<Refused>() {
-        Some(refused) => format!(
-            "secure-boot: {} ({})",
-            refused.summary,
-            refused.reasons.join("; ")
-        ),
-        None => format!("secure-boot: {error:#}"),
+        Some(refused) => format!("{what}: {} ({})", refused.summary, refused.reasons.join("; ")),
+        None => format!("{what}: {error:#}"),
     }
 }
 

@@ -17,7 +17,7 @@ use super::secure_boot;
 use super::system::{Access, System};
 use crate::machine;
 use emberrtos_contract::error::{Refused, exit};
-use emberrtos_contract::gate::gate_commit_as;
+use emberrtos_contract::gate::{gate_commit_as, gate_machine};
 use emberrtos_contract::ostree as ost;
 
 pub fn run(sysroot: &Path, no_reboot: bool) -> Result<u8> {
@@ -60,6 +60,7 @@ pub fn run(sysroot: &Path, no_reboot: bool) -> Result<u8> {
         reasons: vec![e.to_string()],
     })?;
     refuse_rolled_back(&system, &pulled.checksum)?;
+    gate_machine(&repo, &pulled.checksum, "update", "not deployed")?;
     gate_commit_as(&repo, &ref_name, &pulled.checksum, "update", "not deployed")?;
     secure_boot::require_trusted_kernel(&system, &repo, &pulled.checksum, "update", "not deployed")?;
     deploy::deploy_commit(&system, &pulled.checksum, &refspec_for(Some(&remote), &ref_name))?;

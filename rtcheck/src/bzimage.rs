@@ -150,22 +150,7 @@ pub fn parse_version_string(raw: &str) -> Result<KernelVersion, BzImageError> {
             raw: raw.to_string(),
         });
     }
-    let mut depth = 1usize;
-    let mut close = None;
-    for (i, c) in rest.char_indices() {
-        match c {
-            '(' => depth += 1,
-            ')' => {
-                depth -= 1;
-                if depth == 0 {
-                    close = Some(i);
-                    break;
-                }
-            }
-            _ => {}
-        }
-    }
-    let close = close.ok_or_else(malformed)?;
+    let close = closing_paren(rest).ok_or_else(malformed)?;
     let builder = &rest[..close];
     let uts_version = rest[close + 1..].trim();
     if release.trim().is_empty() || uts_version.is_empty() {
@@ -177,6 +162,25 @@ pub fn parse_version_string(raw: &str) -> Result<KernelVersion, BzImageError> {
         builder: builder.to_string(),
         uts_version: uts_version.to_string(),
     })
+}
+
+/// Where in `s` the `)` closes a group opened just before `s`, counting the
+/// groups nested in it.
+pub(crate) fn closing_paren(s: &str) -> Option<usize> {
+    let mut depth = 1usize;
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(i);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 /// Minimal bzImages for tests, here and in the crates that gate on them: a

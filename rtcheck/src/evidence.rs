@@ -5,6 +5,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::arch::Arch;
 use crate::kconfig::Config;
 use crate::uts::{PreemptModel, UtsError, parse_uts_version};
 use crate::vermagic::Vermagic;
@@ -207,6 +208,9 @@ impl fmt::Display for Check {
 /// Everything known about whether a kernel is PREEMPT_RT.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Evidence {
+    /// The machine the checked image is for, read from its header.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub arch: Option<Arch>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub release: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
@@ -243,7 +247,19 @@ impl Evidence {
         }
     }
 
+    /// Fails the header check when the image is for another machine than
+    /// `arch` (an image whose header did not read has failed it already).
+    pub fn expect_arch(&mut self, arch: Arch) {
+        if let Some(found) = self.arch.filter(|found| *found != arch) {
+            self.record(Check::fail(
+                id::HEADER,
+                format!("the kernel is for {found}, but {arch} is wanted"),
+            ));
+        }
+    }
+
     pub fn extend(&mut self, other: Evidence) {
+        self.arch = self.arch.take().or(other.arch);
         self.release = self.release.take().or(other.release);
         self.uts_version = self.uts_version.take().or(other.uts_version);
         self.medium_sha256 = self.medium_sha256.take().or(other.medium_sha256);
@@ -291,39 +307,44 @@ pub fn config_text_check(id: &str, what: &str, text: &str) -> Check {
     }
 }
 
-/// Checks a kernel image (bzImage bytes) and, optionally, the `.config` it was
-/// built from.
+/// Checks a kernel image and, optionally, the `.config` it was built from.
+/// The image is an x86 bzImage or an arm64 kernel (`Image`, `Image.gz`, an
+/// EFI zboot image), told apart by their headers; [`Evidence::arch`] says
+/// which, for a gate that knows which machine it is for
+/// ([`Evidence::expect_arch`]).
 #[cfg(feature = "image")]
 pub fn check_image(image: &[u8], build_config: Option<&str>) -> Evidence {
-    use crate::bzimage::read_setup_header;
-
     let mut evidence = Evidence::default();
-    let header = match read_setup_header(image) {
-        Ok(h) => h,
-        Err(e) => {
-            evidence.record(Check::fail(id::HEADER, e.to_string()));
+    let kernel = match read_kernel(image) {
+        Ok(kernel) => kernel,
+        Err(why) => {
+            evidence.record(Check::fail(id::HEADER, why));
             if let Some(text) = build_config {
                 evidence.record(config_text_check(id::BUILD_CONFIG, "build .config", text));
             }
             return evidence;
         }
     };
-    evidence.release = Some(header.version.release.clone());
-    evidence.uts_version = Some(header.version.uts_version.clone());
-    evidence.record(Check::pass(
-        id::HEADER,
-        format!(
-            "HdrS, boot protocol {}.{:02}, version string {:?}",
-            header.protocol.0, header.protocol.1, header.version.raw
-        ),
-    ));
-    let vmlinux = decompressed_payload(image, header.payload);
-    evidence.record(image_uts_version_check(&header.version, &vmlinux));
+    evidence.arch = Some(kernel.arch);
+    evidence.release = Some(kernel.version.release.clone());
+    evidence.uts_version = Some(kernel.version.uts_version.clone());
+    evidence.record(Check::pass(id::HEADER, kernel.header.clone()));
+    evidence.record(match kernel.arch {
+        Arch::X86_64 => image_uts_version_check(&kernel.version, &kernel.vmlinux),
+        // The banner is the version string: nothing else to tie it to.
+        Arch::Arm64 => {
+            let check = uts_version_check(id::UTS_VERSION, &kernel.version.uts_version);
+            Check {
+                detail: format!("{}, from the kernel's banner", check.detail),
+                ..check
+            }
+        }
+    });
 
     let promised = build_config
         .and_then(|text| Config::parse(text).ok())
         .is_some_and(|c| c.is_enabled("CONFIG_IKCONFIG"));
-    let embedded = embedded_config(&vmlinux);
+    let embedded = embedded_config(&kernel.vmlinux);
     evidence.record(match &embedded {
         Embedded::Found(text) => config_text_check(id::IKCONFIG, "embedded IKCONFIG", text),
         Embedded::Absent if promised => Check::fail(
@@ -350,6 +371,73 @@ pub fn check_image(image: &[u8], build_config: Option<&str>) -> Evidence {
         evidence.record(check);
     }
     evidence
+}
+
+/// The machine a kernel image is for, from its first bytes alone (nothing
+/// is decompressed); `None` when it is neither kind.
+#[cfg(feature = "image")]
+pub fn image_arch(image: &[u8]) -> Option<Arch> {
+    if crate::arm64::looks_like(image) {
+        Some(Arch::Arm64)
+    } else {
+        crate::bzimage::read_setup_header(image)
+            .ok()
+            .map(|_| Arch::X86_64)
+    }
+}
+
+/// A kernel image as the checks read it.
+#[cfg(feature = "image")]
+struct KernelImage<'a> {
+    arch: Arch,
+    /// The header check's detail.
+    header: String,
+    version: crate::bzimage::KernelVersion,
+    /// The uncompressed kernel, decompressed once for every check that reads it.
+    vmlinux: Result<std::borrow::Cow<'a, [u8]>, PayloadError>,
+}
+
+/// Reads `image` as whichever kernel its header says it is, or says why it
+/// is neither.
+#[cfg(feature = "image")]
+fn read_kernel(image: &[u8]) -> Result<KernelImage<'_>, String> {
+    if crate::arm64::looks_like(image) {
+        return read_arm64(image);
+    }
+    let header = crate::bzimage::read_setup_header(image).map_err(|e| e.to_string())?;
+    Ok(KernelImage {
+        arch: Arch::X86_64,
+        header: format!(
+            "HdrS, boot protocol {}.{:02}, version string {:?}",
+            header.protocol.0, header.protocol.1, header.version.raw
+        ),
+        vmlinux: decompressed_payload(image, header.payload).map(std::borrow::Cow::Owned),
+        version: header.version,
+    })
+}
+
+/// An arm64 kernel: its `Image` header, then its one banner as the version
+/// string (read as precisely as a bzImage's: one way only).
+#[cfg(feature = "image")]
+fn read_arm64(file: &[u8]) -> Result<KernelImage<'_>, String> {
+    use crate::arm64::{read_header, unwrap};
+    let (wrapping, image) = unwrap(file).map_err(|e| e.to_string())?;
+    let header = read_header(&image).map_err(|e| format!("{e} (inside {wrapping})"))?;
+    let version = crate::uts::banner_version(&image).map_err(|e| e.to_string())?;
+    Ok(KernelImage {
+        arch: Arch::Arm64,
+        header: format!(
+            "arm64: {wrapping}{}, {} pages, image_size {:#x}, version string {:?}",
+            if header.efi_stub { " with an EFI stub" } else { "" },
+            header
+                .page_kib
+                .map_or("unspecified".to_string(), |k| format!("{k} KiB")),
+            header.image_size,
+            version.raw
+        ),
+        version,
+        vmlinux: Ok(image),
+    })
 }
 
 #[cfg(feature = "image")]
@@ -399,7 +487,7 @@ fn decompressed_payload(image: &[u8], payload: Option<(usize, usize)>) -> Result
 #[cfg(feature = "image")]
 fn image_uts_version_check(
     version: &crate::bzimage::KernelVersion,
-    vmlinux: &Result<Vec<u8>, PayloadError>,
+    vmlinux: &Result<std::borrow::Cow<'_, [u8]>, PayloadError>,
 ) -> Check {
     use crate::uts::matching_banner;
     let check = uts_version_check(id::UTS_VERSION, &version.uts_version);
@@ -431,7 +519,7 @@ fn image_uts_version_check(
 }
 
 #[cfg(feature = "image")]
-fn embedded_config(vmlinux: &Result<Vec<u8>, PayloadError>) -> Embedded {
+fn embedded_config(vmlinux: &Result<std::borrow::Cow<'_, [u8]>, PayloadError>) -> Embedded {
     use crate::ikconfig::extract_from_vmlinux;
     match vmlinux {
         Err(e @ PayloadError::Unreadable(_)) => Embedded::Unreadable(e.to_string()),
@@ -714,6 +802,101 @@ mod tests {
         let garbage = check_image(b"garbage", Some("# CONFIG_PREEMPT_RT is not set\n"));
         assert_eq!(garbage.get(id::HEADER).unwrap().status, Status::Fail);
         assert_eq!(garbage.get(id::BUILD_CONFIG).unwrap().status, Status::Fail);
+    }
+
+    #[cfg(feature = "image")]
+    #[test]
+    fn arm64_images_are_read_plain_gzipped_and_zboot() {
+        use crate::arm64::synthetic::{image, zboot};
+        let version = "6.12.58 (ci@builder) #1 SMP PREEMPT_RT Sat Nov 29 00:00:00 UTC 2025";
+        let config = "CONFIG_PREEMPT_RT=y\nCONFIG_IKCONFIG=y\n";
+        let plain = image(version, Some(config));
+        for (what, file) in [
+            ("plain", plain.clone()),
+            ("gzip", gzip(&plain)),
+            ("zboot", zboot(&plain)),
+        ] {
+            let evidence = check_image(&file, Some(config));
+            assert!(
+                evidence.all_passed(&[id::HEADER, id::UTS_VERSION, id::IKCONFIG, id::BUILD_CONFIG]),
+                "{what}: {evidence:#?}"
+            );
+            assert_eq!(evidence.arch, Some(Arch::Arm64), "{what}");
+            assert_eq!(evidence.release.as_deref(), Some("6.12.58"), "{what}");
+            assert_eq!(
+                evidence.uts_version.as_deref(),
+                Some("#1 SMP PREEMPT_RT Sat Nov 29 00:00:00 UTC 2025")
+            );
+            assert!(
+                evidence.get(id::HEADER).unwrap().detail.starts_with("arm64: "),
+                "{what}"
+            );
+        }
+        let mut wanted_x86 = check_image(&plain, None);
+        wanted_x86.expect_arch(Arch::X86_64);
+        let header = wanted_x86.get(id::HEADER).unwrap();
+        assert_eq!(header.status, Status::Fail);
+        assert!(
+            header
+                .detail
+                .contains("the kernel is for arm64, but x86_64 is wanted"),
+            "{header}"
+        );
+        let mut bz = check_image(
+            &image_with_ikconfig("6.12 (a@b) #1 SMP PREEMPT_RT x", config),
+            None,
+        );
+        assert_eq!(bz.arch, Some(Arch::X86_64));
+        bz.expect_arch(Arch::X86_64);
+        assert_eq!(bz.get(id::HEADER).unwrap().status, Status::Pass);
+    }
+
+    #[cfg(feature = "image")]
+    #[test]
+    fn an_arm64_version_string_is_read_one_way_only() {
+        use crate::arm64::synthetic::image;
+        use crate::bzimage::synthetic::banner;
+        let generic = "6.1.0-57-arm64 (k@h) #1 SMP PREEMPT_DYNAMIC Debian 6.1.192-3 (2026-11-26)";
+        let check = check_image(&image(generic, None), None);
+        assert_eq!(
+            check.get(id::UTS_VERSION).unwrap().status,
+            Status::Fail,
+            "{check:#?}"
+        );
+        assert!(
+            check
+                .get(id::UTS_VERSION)
+                .unwrap()
+                .detail
+                .contains("PREEMPT_DYNAMIC")
+        );
+        // Two banners, or a builder that hides a second UTS_VERSION, are refused at the header.
+        let mut two = image(generic, None);
+        two.extend(banner(
+            "6.1.0-57-arm64 (k@h) #1 SMP PREEMPT_RT Debian 6.1.192-3 (2026-11-26)",
+        ));
+        let header = check_image(&two, None).get(id::HEADER).unwrap().clone();
+        assert_eq!(header.status, Status::Fail);
+        assert!(header.detail.contains("2 different banners"), "{header}");
+        for spoof in [
+            "6.1.0 (k@h) #1 SMP PREEMPT_RT x) (cc) #1 SMP PREEMPT_DYNAMIC y",
+            "6.1.0 (k@h SMP PREEMPT_RT) #1 SMP PREEMPT_DYNAMIC y",
+        ] {
+            let mut file = image("6.1.0 (k@h) #1 SMP x", None);
+            let at = file.len() - banner("6.1.0 (k@h) #1 SMP x").len();
+            file.truncate(at);
+            file.extend(format!("Linux version {spoof}\n\0").into_bytes());
+            let evidence = check_image(&file, None);
+            assert!(
+                !evidence.all_passed(&[CheckId::Header, CheckId::UtsVersion]),
+                "{spoof}: {evidence:#?}"
+            );
+        }
+        let none = check_image(&crate::arm64::synthetic::image("not a version", None), None);
+        assert!(
+            none.get(id::HEADER).unwrap().detail.contains("no `Linux version"),
+            "{none:#?}"
+        );
     }
 
     /// A Debian cloud kernel's header, patched to claim PREEMPT_RT.

@@ -5,6 +5,9 @@
 //! Everything here is a pure function over bytes or text; callers do the I/O.
 //! What a latency measurement reports is the `rtreport` crate's.
 
+pub mod arch;
+#[cfg(feature = "image")]
+pub mod arm64;
 #[cfg(feature = "image")]
 pub mod bzimage;
 pub mod elf;
@@ -14,4 +17,5 @@ pub mod kconfig;
 pub mod uts;
 pub mod vermagic;
 
+pub use arch::Arch;
 pub use evidence::{Check, CheckId, Evidence, RequiredFor, Status, required_checks};

@@ -156,6 +156,10 @@ pub enum BannerError {
     ReleaseMismatch { header: String, banner: String },
     #[error("the payload's banner {banner:?} does not end with the setup header's UTS_VERSION {header:?}")]
     VersionMismatch { header: String, banner: String },
+    #[error(
+        "the kernel's banner {banner:?} is not `Linux version <release> (<builder>) (<compiler>) <UTS_VERSION>`: {why}"
+    )]
+    Unparsed { banner: String, why: String },
 }
 
 /// The distinct `linux_banner`s in an uncompressed kernel, in order of
@@ -208,21 +212,63 @@ fn is_placeholder_of(candidate: &str, real: &str) -> bool {
     })
 }
 
-/// The one banner in `vmlinux`, required to name `release` and to end with
-/// exactly `uts_version` and a newline: what ties a setup-header version
-/// string to the kernel that the image really boots.
-pub fn matching_banner(vmlinux: &[u8], release: &str, uts_version: &str) -> Result<String, BannerError> {
+/// The one banner in `vmlinux`, its placeholder copy aside.
+fn the_banner(vmlinux: &[u8]) -> Result<String, BannerError> {
     let all = linux_banners(vmlinux);
     let mut banners: Vec<String> = all
         .iter()
         .filter(|b| !all.iter().any(|real| is_placeholder_of(b, real)))
         .cloned()
         .collect();
-    let banner = match banners.len() {
-        0 => return Err(BannerError::Missing),
-        1 => banners.remove(0),
-        _ => return Err(BannerError::Several { banners }),
+    match banners.len() {
+        0 => Err(BannerError::Missing),
+        1 => Ok(banners.remove(0)),
+        _ => Err(BannerError::Several { banners }),
+    }
+}
+
+/// The version string of a kernel that has no other (an arm64 `Image`): its
+/// one banner, `Linux version <release> (<builder>) (<compiler>) <UTS_VERSION>`,
+/// read one way only, under the rules [`matching_banner`] applies to a
+/// bzImage's.
+#[cfg(feature = "image")]
+pub fn banner_version(vmlinux: &[u8]) -> Result<crate::bzimage::KernelVersion, BannerError> {
+    use crate::bzimage::{KernelVersion, closing_paren, parse_version_string};
+    let banner = the_banner(vmlinux)?;
+    let unparsed = |why: &str| BannerError::Unparsed {
+        banner: banner.clone(),
+        why: why.to_string(),
     };
+    let body = banner
+        .strip_prefix("Linux version ")
+        .and_then(|b| b.strip_suffix('\n'))
+        .ok_or_else(|| unparsed("no `Linux version ` head or no final newline"))?;
+    // The header's form, `<release> (<builder>) <rest>`, where the rest
+    // starts with the compiler's group.
+    let head = parse_version_string(body).map_err(|e| unparsed(&e.to_string()))?;
+    let compiler = head
+        .uts_version
+        .strip_prefix('(')
+        .ok_or_else(|| unparsed("no `(<compiler>)` after the builder"))?;
+    let close = closing_paren(compiler).ok_or_else(|| unparsed("the compiler's group is not closed"))?;
+    let uts_version = compiler[close + 1..].trim();
+    if uts_version.is_empty() {
+        return Err(unparsed("no UTS_VERSION after the compiler"));
+    }
+    matching_banner(vmlinux, &head.release, uts_version)?;
+    Ok(KernelVersion {
+        raw: body.to_string(),
+        release: head.release,
+        builder: head.builder,
+        uts_version: uts_version.to_string(),
+    })
+}
+
+/// The one banner in `vmlinux`, required to name `release` and to end with
+/// exactly `uts_version` and a newline: what ties a setup-header version
+/// string to the kernel that the image really boots.
+pub fn matching_banner(vmlinux: &[u8], release: &str, uts_version: &str) -> Result<String, BannerError> {
+    let banner = the_banner(vmlinux)?;
     let found = banner_release(banner.trim_end()).unwrap_or_default();
     if found != release {
         return Err(BannerError::ReleaseMismatch {

@@ -25,6 +25,9 @@ struct ImageDefinition<'a> {
     name: &'a str,
     version: &'a str,
     flavor: Flavor,
+    /// Left out for x86_64, so the images from before `arch:` keep their hash.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    arch: Option<rtcheck::Arch>,
     source_date_epoch: Option<u64>,
     kernel: Kernel,
     rootfs: Rootfs,
@@ -89,6 +92,7 @@ pub(super) fn image_sha256(recipe: &Recipe) -> String {
         name: &recipe.name,
         version: &recipe.version,
         flavor: recipe.flavor,
+        arch: (recipe.arch != rtcheck::Arch::X86_64).then_some(recipe.arch),
         source_date_epoch: recipe.source_date_epoch,
         kernel: kernel_as_written(&recipe.kernel, raw),
         rootfs: rootfs_as_written(&recipe.rootfs, raw),

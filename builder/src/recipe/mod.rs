@@ -195,6 +195,8 @@ pub struct Recipe {
     pub name: String,
     pub version: String,
     pub flavor: Flavor,
+    /// `arch:`, x86_64 when left out.
+    pub arch: rtcheck::Arch,
     pub source_date_epoch: Option<u64>,
     pub kernel: Kernel,
     pub rootfs: Rootfs,
@@ -282,10 +284,11 @@ impl Recipe {
             name: raw.name.clone(),
             version: raw.version.clone(),
             flavor: raw.flavor,
+            arch: raw.arch.unwrap_or_default(),
             source_date_epoch: raw.source_date_epoch,
             kernel: sections::kernel(&v, &raw.kernel, raw.flavor)?,
             rootfs: sections::rootfs(&v, &raw.rootfs)?,
-            ostree: sections::ostree(&v, &raw.ostree)?,
+            ostree: sections::ostree(&v, &raw.ostree, raw.arch.unwrap_or_default())?,
             health: sections::rt(
                 &v,
                 raw.rt.as_ref(),

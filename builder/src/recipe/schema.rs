@@ -14,6 +14,9 @@ pub struct RawRecipe {
     pub name: String,
     pub version: String,
     pub flavor: Flavor,
+    /// The machine the image is for: `x86_64` (when left out) or `arm64`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arch: Option<rtcheck::Arch>,
     /// Timestamp for reproducible builds; `$SOURCE_DATE_EPOCH` overrides it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_date_epoch: Option<u64>,

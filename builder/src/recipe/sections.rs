@@ -347,8 +347,9 @@ fn tarball_base(v: &Validator, rb: &RawRootfsBase) -> Result<RootfsBase, RecipeE
     )?))
 }
 
-pub(super) fn ostree(v: &Validator, ro: &RawOstree) -> Result<Ostree, RecipeError> {
+pub(super) fn ostree(v: &Validator, ro: &RawOstree, arch: rtcheck::Arch) -> Result<Ostree, RecipeError> {
     v.check("ostree.ref", syntax::ostree_ref(&ro.ref_name))?;
+    v.check("ostree.ref", ref_names_no_other_machine(&ro.ref_name, arch))?;
     if ro.gpg_homedir.is_some() && ro.gpg_key.is_none() {
         return Err(v.error("ostree.gpg-homedir", "`gpg-homedir` needs `gpg-key`"));
     }
@@ -358,6 +359,25 @@ pub(super) fn ostree(v: &Validator, ro: &RawOstree) -> Result<Ostree, RecipeErro
         gpg_key: ro.gpg_key.clone(),
         gpg_homedir: v.resolve_optional("ostree.gpg-homedir", ro.gpg_homedir.as_deref())?,
     })
+}
+
+/// A ref that names a machine names the recipe's (`uname -m`'s name, as in
+/// `emberrtos/aarch64/rt`), so one remote serves every architecture
+/// without an image for one landing on another's ref.
+fn ref_names_no_other_machine(ref_name: &str, arch: rtcheck::Arch) -> Result<(), String> {
+    let other = rtcheck::Arch::ALL.into_iter().filter(|a| *a != arch).find(|a| {
+        ref_name
+            .split('/')
+            .any(|part| part == a.machine() || part == a.name() || part == a.debian())
+    });
+    match other {
+        Some(other) => Err(format!(
+            "{ref_name:?} names the {other} machine, but the recipe's arch is {arch} (name {:?} in the ref, as in `name/{}/rt`)",
+            arch.machine(),
+            arch.machine()
+        )),
+        None => Ok(()),
+    }
 }
 
 /// `device:` over the default policy: the trial boots' tries and health check.

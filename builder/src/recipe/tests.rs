@@ -990,3 +990,52 @@ fn a_recipe_with_a_benign_alias_still_parses() {
         ("emberrtos", "emberrtos")
     );
 }
+
+#[test]
+fn arch_is_x86_64_unless_the_recipe_says_arm64() {
+    let dir = workspace();
+    let base = recipe_text("{ debian: linux-source-6.12 }", "[tiny.config, rt.config]", "rt");
+    let recipe = load(&dir, &base).unwrap();
+    assert_eq!(recipe.arch, rtcheck::Arch::X86_64);
+    let arm = base
+        .replace("flavor: rt\n", "flavor: rt\narch: arm64\n")
+        .replace("emberrtos/x86_64/rt", "emberrtos/aarch64/rt");
+    let arm_recipe = load(&dir, &arm).unwrap();
+    assert_eq!(arm_recipe.arch, rtcheck::Arch::Arm64);
+    assert_ne!(
+        arm_recipe.image_sha256(),
+        recipe.image_sha256(),
+        "arch defines the image"
+    );
+    // Saying the default keeps the image hash of a recipe that does not.
+    let explicit = base.replace("flavor: rt\n", "flavor: rt\narch: x86_64\n");
+    assert_eq!(
+        load(&dir, &explicit).unwrap().image_sha256(),
+        recipe.image_sha256()
+    );
+
+    let e = err(&dir, &base.replace("flavor: rt\n", "flavor: rt\narch: aarch64\n"));
+    assert!(e.to_string().contains("arch"), "{e}");
+    assert!(e.to_string().contains("arm64"), "{e}");
+}
+
+#[test]
+fn a_ref_that_names_another_machine_is_refused() {
+    let dir = workspace();
+    let base = recipe_text("{ debian: linux-source-6.12 }", "[tiny.config, rt.config]", "rt");
+    let e = err(&dir, &base.replace("flavor: rt\n", "flavor: rt\narch: arm64\n"));
+    assert_eq!(e.field, "ostree.ref", "{e}");
+    assert!(
+        e.message
+            .contains("names the x86_64 machine, but the recipe's arch is arm64"),
+        "{e}"
+    );
+    let e = err(&dir, &base.replace("emberrtos/x86_64/rt", "emberrtos/aarch64/rt"));
+    assert!(
+        e.message
+            .contains("names the arm64 machine, but the recipe's arch is x86_64"),
+        "{e}"
+    );
+    // A ref that names no machine is the recipe's to choose.
+    load(&dir, &base.replace("emberrtos/x86_64/rt", "emberrtos/rt")).unwrap();
+}

@@ -22,6 +22,7 @@ pub struct CommitFacts<'a> {
     pub name: &'a str,
     pub version: &'a str,
     pub flavor: Flavor,
+    pub arch: rtcheck::Arch,
     pub kernel_release: &'a str,
     pub kernel_config_sha256: &'a str,
     pub kargs: &'a [String],
@@ -46,6 +47,7 @@ pub fn metadata(facts: &CommitFacts) -> Result<Metadata> {
     put(key::LINUX, MetaValue::Str(facts.kernel_release.into()));
     put(key::NAME, MetaValue::Str(facts.name.into()));
     put(key::FLAVOR, MetaValue::Str(facts.flavor.to_string()));
+    put(key::ARCH, MetaValue::Str(facts.arch.name().into()));
     put(key::KERNEL_RELEASE, MetaValue::Str(facts.kernel_release.into()));
     put(
         key::KERNEL_CONFIG_SHA256,
@@ -269,6 +271,7 @@ mod tests {
             name: "emberrtos",
             version: "2026.11.1",
             flavor: Flavor::Rt,
+            arch: rtcheck::Arch::X86_64,
             kernel_release: "6.12.0",
             kernel_config_sha256: &"ab".repeat(32),
             kargs: &kargs,

@@ -71,6 +71,9 @@ pub fn config_check(requested: usize, preempt_rt: bool) -> Check {
 /// Human-readable evidence.
 pub fn render(evidence: &Evidence) -> String {
     let mut out = String::new();
+    if let Some(arch) = evidence.arch {
+        out.push_str(&format!("architecture:   {arch}\n"));
+    }
     if let Some(release) = &evidence.release {
         out.push_str(&format!("kernel release: {release}\n"));
     }

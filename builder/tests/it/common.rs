@@ -115,14 +115,16 @@ pub fn shared_cache() -> PathBuf {
     dir
 }
 
-/// A real Debian kernel (`rt` or `cloud`): vmlinuz, config and dummy.ko,
-/// fetched by `ci/fetch-fixtures` into `target/fixtures` on first use.
+/// A real Debian kernel (`rt`, `cloud`, `rt-arm64` or `arm64`): vmlinuz,
+/// config and dummy.ko, fetched by `ci/fetch-fixtures` into
+/// `target/fixtures` on first use.
 pub fn debian_kernel(flavor: &str) -> PathBuf {
     let fixtures = repo_root().join("target/fixtures");
     let dir = fixtures.join(format!("debian-{flavor}"));
     if !dir.join("complete").exists() {
         let status = std::process::Command::new(repo_root().join("ci/fetch-fixtures"))
             .arg(&fixtures)
+            .arg(flavor)
             .status()
             .expect("running ci/fetch-fixtures");
         assert!(

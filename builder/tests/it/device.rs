@@ -112,6 +112,7 @@ fn commit_build(repo: &Path, ref_name: &str, build: &Build, key: Option<&GpgKey>
         name: "emberrtos-ci",
         version: build.release,
         flavor: build.flavor,
+        arch: rtcheck::Arch::X86_64,
         kernel_release: common::RELEASE,
         kernel_config_sha256: &"ab".repeat(32),
         kargs: &kargs,

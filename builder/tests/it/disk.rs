@@ -59,6 +59,7 @@ fn commit_ref(repo: &Path, dir: &Path, ref_name: &str, flavor: Flavor, kernel: K
         name: "emberrtos",
         version: "2026.11.1",
         flavor,
+        arch: rtcheck::Arch::X86_64,
         kernel_release: RELEASE,
         kernel_config_sha256: &"ab".repeat(32),
         kargs: &kargs,

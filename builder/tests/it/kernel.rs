@@ -93,36 +93,47 @@ fn missing_make_names_the_debian_package() {
         );
 }
 
+/// `imgbuild ARGS… <fixture>/vmlinuz --config <fixture>/config --modules
+/// <fixture>` on the Debian kernel fixture `flavor`.
+fn verify_fixture(flavor: &str, args: &[&str]) -> assert_cmd::assert::Assert {
+    let dir = debian_kernel(flavor);
+    imgbuild()
+        .args(args)
+        .arg(dir.join("vmlinuz"))
+        .arg("--config")
+        .arg(dir.join("config"))
+        .arg("--modules")
+        .arg(&dir)
+        .assert()
+}
+
+/// The `--json` evidence of a run of [`verify_fixture`].
+fn evidence_of(run: assert_cmd::assert::Assert) -> serde_json::Value {
+    serde_json::from_slice(&run.get_output().stdout).unwrap()
+}
+
+fn status_of(doc: &serde_json::Value, id: &str) -> serde_json::Value {
+    doc["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == id)
+        .unwrap()["status"]
+        .clone()
+}
+
 #[test]
 #[cfg_attr(
     not(feature = "fixtures"),
     ignore = "needs Debian kernel packages (ci/fetch-fixtures): --features imgbuild/fixtures"
 )]
 fn debian_rt_kernel_passes() {
-    let rt = debian_kernel("rt");
-    let out = imgbuild()
-        .args(["--json", "verify-kernel"])
-        .arg(rt.join("vmlinuz"))
-        .arg("--config")
-        .arg(rt.join("config"))
-        .arg("--modules")
-        .arg(&rt)
-        .assert()
-        .code(0);
-    let doc: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    let doc = evidence_of(verify_fixture("rt", &["--json", "verify-kernel"]).code(0));
     assert_eq!(doc["preempt-rt"], true);
-    let status = |id: &str| {
-        doc["checks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["id"] == id)
-            .unwrap()["status"]
-            .clone()
-    };
-    assert_eq!(status("artifact.uts-version"), "pass");
-    assert_eq!(status("artifact.build-config"), "pass");
-    assert_eq!(status("artifact.modules"), "pass");
+    assert_eq!(doc["arch"], "x86_64");
+    assert_eq!(status_of(&doc, "artifact.uts-version"), "pass");
+    assert_eq!(status_of(&doc, "artifact.build-config"), "pass");
+    assert_eq!(status_of(&doc, "artifact.modules"), "pass");
     assert!(doc["uts_version"].as_str().unwrap().contains("SMP PREEMPT_RT"));
 }
 
@@ -132,19 +143,57 @@ fn debian_rt_kernel_passes() {
     ignore = "needs Debian kernel packages (ci/fetch-fixtures): --features imgbuild/fixtures"
 )]
 fn debian_generic_kernel_is_refused() {
-    let cloud = debian_kernel("cloud");
-    imgbuild()
-        .arg("verify-kernel")
-        .arg(cloud.join("vmlinuz"))
-        .arg("--config")
-        .arg(cloud.join("config"))
-        .arg("--modules")
-        .arg(&cloud)
-        .assert()
+    verify_fixture("cloud", &["verify-kernel"])
         .code(3)
         .stdout(contains("PREEMPT_RT: NO"))
         .stderr(
             contains("artifact.uts-version: not PREEMPT_RT (PREEMPT_DYNAMIC)")
+                .and(contains(
+                    "artifact.build-config: build .config has no CONFIG_PREEMPT_RT",
+                ))
+                .and(contains("lacks preempt_rt")),
+        );
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "fixtures"),
+    ignore = "needs Debian kernel packages (ci/fetch-fixtures): --features imgbuild/fixtures"
+)]
+fn debian_arm64_rt_kernel_passes() {
+    let doc =
+        evidence_of(verify_fixture("rt-arm64", &["--json", "verify-kernel", "--arch", "arm64"]).code(0));
+    assert_eq!(doc["preempt-rt"], true);
+    assert_eq!(doc["arch"], "arm64");
+    for id in [
+        "artifact.header",
+        "artifact.uts-version",
+        "artifact.build-config",
+        "artifact.modules",
+    ] {
+        assert_eq!(status_of(&doc, id), "pass", "{id}: {doc:#}");
+    }
+    assert!(doc["release"].as_str().unwrap().ends_with("-rt-arm64"), "{doc:#}");
+    // The same kernel where an x86_64 one is wanted.
+    verify_fixture("rt-arm64", &["verify-kernel", "--arch", "x86_64"])
+        .code(3)
+        .stdout(contains("architecture:   arm64"))
+        .stderr(contains(
+            "artifact.header: the kernel is for arm64, but x86_64 is wanted",
+        ));
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "fixtures"),
+    ignore = "needs Debian kernel packages (ci/fetch-fixtures): --features imgbuild/fixtures"
+)]
+fn debian_arm64_generic_kernel_is_refused() {
+    verify_fixture("arm64", &["verify-kernel"])
+        .code(3)
+        .stdout(contains("PREEMPT_RT: NO").and(contains("architecture:   arm64")))
+        .stderr(
+            contains("artifact.uts-version: not PREEMPT_RT (no preemption flag)")
                 .and(contains(
                     "artifact.build-config: build .config has no CONFIG_PREEMPT_RT",
                 ))

@@ -68,6 +68,7 @@ fn metadata(flavor: Flavor, evidence: &rtcheck::Evidence) -> ost::Metadata {
         name: "emberrtos",
         version: "2026.11.1",
         flavor,
+        arch: rtcheck::Arch::X86_64,
         kernel_release: RELEASE,
         kernel_config_sha256: "ab".repeat(32).as_str(),
         kargs: &[

@@ -133,6 +133,7 @@ fn rt_metadata() -> ost::Metadata {
         name: "emberrtos",
         version: "2026.11.1",
         flavor: Flavor::Rt,
+        arch: rtcheck::Arch::X86_64,
         kernel_release: RELEASE,
         kernel_config_sha256: &"ab".repeat(32),
         kargs: &[

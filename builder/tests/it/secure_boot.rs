@@ -98,6 +98,7 @@ fn commit_kernel(dir: &Path, image: &Path, signed_by: Option<&Certificate>) -> P
         name: "emberrtos",
         version: "2026.12.1",
         flavor: Flavor::Standard,
+        arch: rtcheck::Arch::X86_64,
         kernel_release: RELEASE,
         kernel_config_sha256: &"ab".repeat(32),
         kargs: &kargs,
