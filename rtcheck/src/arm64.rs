@@ -6,6 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::bzimage::u32_at;
+
 /// "ARM\x64", little-endian, at 0x38 of every `Image` since Linux 3.17.
 const IMAGE_MAGIC: &[u8; 4] = b"ARM\x64";
 const IMAGE_MAGIC_AT: usize = 0x38;
@@ -77,10 +79,6 @@ pub enum Arm64Error {
 
 fn u64_at(data: &[u8], offset: usize) -> u64 {
     u64::from_le_bytes(data[offset..offset + 8].try_into().expect("slice of 8"))
-}
-
-fn u32_at(data: &[u8], offset: usize) -> u32 {
-    u32::from_le_bytes(data[offset..offset + 4].try_into().expect("slice of 4"))
 }
 
 /// True when `file` can only be an arm64 kernel in a form [`unwrap`] reads,

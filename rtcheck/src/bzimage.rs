@@ -64,7 +64,7 @@ fn u16_at(data: &[u8], offset: usize) -> u16 {
     u16::from_le_bytes([data[offset], data[offset + 1]])
 }
 
-fn u32_at(data: &[u8], offset: usize) -> u32 {
+pub(crate) fn u32_at(data: &[u8], offset: usize) -> u32 {
     u32::from_le_bytes([data[offset], data[offset + 1], data[offset + 2], data[offset + 3]])
 }
 
