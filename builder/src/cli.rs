@@ -548,6 +548,7 @@ pub fn run(cli: Cli) -> Result<u8> {
 
 fn run_recipe(args: RecipeArgs, ui: Ui, json: bool) -> Result<u8> {
     let recipe = Recipe::load(&args.file)?;
+    pipeline::check_reach(&recipe, args.until)?;
     recipe.check_work_dir(&std::path::absolute(&args.work_dir)?)?;
     let signing = args.secure_boot.load(recipe.secure_boot.as_ref())?;
     let cache_root = args.cache_dir.unwrap_or_else(Cache::default_root);

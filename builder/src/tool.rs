@@ -15,6 +15,8 @@ use emberrtos_contract::error::MissingTool;
 /// packages' relations in builder/Cargo.toml must cover each: see
 /// tests/packaging.rs).
 pub const PACKAGES: &[(&str, &str)] = &[
+    ("aarch64-linux-gnu-gcc", "gcc-aarch64-linux-gnu"),
+    ("aarch64-linux-gnu-ld", "binutils-aarch64-linux-gnu"),
     ("apt-get", "apt"),
     ("mcopy", "mtools"),
     ("qemu-img", "qemu-utils"),

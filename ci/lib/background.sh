@@ -13,18 +13,28 @@ background() {
     name=$1 niceness=$2
     shift 2
     mkdir -p "$background_dir"
+    rm -f "$background_dir/$name.exit"
     date +%s > "$background_dir/$name.start"
     # A new session is a new autogroup when the kernel groups tasks by
     # session (sched(7)), and autogroups share the CPU equally whatever
     # their tasks' nice values: the job's group gets the niceness too.
+    # Its exit status goes to NAME.exit, which `after` waits for.
     # shellcheck disable=SC2016 # expanded by the job's shell
-    setsid sh -c 'if [ -w /proc/self/autogroup ]; then echo "$0" > /proc/self/autogroup; fi; exec nice -n "$0" "$@"' \
-        "$niceness" "$@" > "$background_dir/$name.log" 2>&1 < /dev/null &
+    setsid sh -c 'exit_file=$0 niceness=$1; shift
+        if [ -w /proc/self/autogroup ]; then echo "$niceness" > /proc/self/autogroup; fi
+        status=0; nice -n "$niceness" "$@" || status=$?
+        echo "$status" > "$exit_file"; exit "$status"' \
+        "$background_dir/$name.exit" "$niceness" "$@" > "$background_dir/$name.log" 2>&1 < /dev/null &
     echo $! > "$background_dir/$name.pid"
     background_jobs="$background_jobs $name"
     trap stop_background EXIT
     echo "ci/test: $name runs in the background (nice $niceness; log: $background_dir/$name.log)"
 }
+
+# after NAME: a command that waits until the background job NAME has ended
+# (whatever its status, which its own join reports), for a job to start
+# with: `background B 19 sh -c "$(after A) && exec COMMAND"`.
+after() { echo "until [ -e '$background_dir/$1.exit' ]; do sleep 5; done"; }
 
 # stop_background: stops every job not joined yet (and what it started).
 stop_background() {

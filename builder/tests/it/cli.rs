@@ -87,6 +87,33 @@ fn fetch_twice_second_is_cached_without_network() {
 }
 
 #[test]
+fn an_arm64_recipe_runs_to_its_kernel_gate_and_no_further() {
+    let dir = tempfile::tempdir().unwrap();
+    let body = b"pretend this is linux-6.12.tar.xz".to_vec();
+    let server = HttpServer::start("linux-6.12.tar.xz", body.clone(), vec![]);
+    let file = url_recipe(dir.path(), &server.url, &sha256_hex(&body));
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, text.replace("flavor: rt\n", "flavor: rt\narch: arm64\n")).unwrap();
+    let run = |until: &str, work: &str| {
+        imgbuild()
+            .args(["recipe"])
+            .arg(&file)
+            .args(["--until", until, "--work-dir"])
+            .arg(dir.path().join(work))
+            .arg("--cache-dir")
+            .arg(dir.path().join("cache"))
+            .assert()
+    };
+    run("rootfs", "too-far")
+        .code(1)
+        .stderr(contains("arch: arm64").and(contains("--until verify")));
+    assert!(!dir.path().join("too-far").exists());
+    assert_eq!(server.requests(), 0, "refused before anything ran");
+    run("fetch", "build").code(0);
+    assert_eq!(server.requests(), 1);
+}
+
+#[test]
 fn checksum_mismatch_exits_1_with_both_hashes() {
     let dir = tempfile::tempdir().unwrap();
     let body = b"tarball".to_vec();

@@ -363,6 +363,7 @@ mod cache_and_lock {
         let artifact_dir = cache.area("kernels").unwrap().join(&digest);
         let output = KernelOutput {
             key: digest,
+            image_file: "bzImage".into(),
             bzimage: artifact_dir.join("bzImage"),
             bzimage_sha256: sha256_file(&staging.path().join("bzImage"), None).unwrap(),
             config: artifact_dir.join("config"),
@@ -408,13 +409,20 @@ mod cache_and_lock {
         assert!(files_under(&cache.root().join("tmp")).is_empty());
     }
 
-    #[test]
-    fn damaged_kernel_artifact_is_refused_and_replaced() {
+    /// A toy kernel in a new cache: the dir holding it, the cache, its key
+    /// and its output.
+    fn cached_toy_kernel() -> (tempfile::TempDir, Cache, Key, KernelOutput) {
         let dir = tempfile::tempdir().unwrap();
         let cache = Cache::open(&dir.path().join("cache")).unwrap();
         let key = Key::new().with("source", "toy");
         let (staging, output) = staged_kernel(&cache, &key, b"bzImage bytes");
         cache_artifact(staging, &output, &key, &Ui::plain()).unwrap();
+        (dir, cache, key, output)
+    }
+
+    #[test]
+    fn damaged_kernel_artifact_is_refused_and_replaced() {
+        let (_dir, cache, key, output) = cached_toy_kernel();
         std::fs::write(&output.bzimage, b"bzImage").unwrap();
         let err = read_artifact(&output.artifact_dir, &key.digest()).unwrap_err();
         assert!(format!("{err:#}").contains("hashes to"), "{err:#}");
@@ -424,6 +432,33 @@ mod cache_and_lock {
         read_artifact(&output.artifact_dir, &key.digest()).unwrap();
         assert_eq!(names(&cache.root().join("kernels")), [key.digest()]);
         assert!(files_under(&cache.root().join("tmp")).is_empty());
+    }
+
+    #[test]
+    fn a_cached_kernel_naming_an_image_outside_its_dir_is_refused() {
+        let (_dir, _cache, key, output) = cached_toy_kernel();
+        let build_json = output.artifact_dir.join("build.json");
+        let text = std::fs::read_to_string(&build_json).unwrap();
+        for name in ["../../../etc/passwd", "config", "vmlinux"] {
+            let forged = text.replace(
+                "\"image-file\": \"bzImage\"",
+                &format!("\"image-file\": {name:?}"),
+            );
+            assert_ne!(forged, text);
+            std::fs::write(&build_json, forged).unwrap();
+            let err = read_artifact(&output.artifact_dir, &key.digest()).unwrap_err();
+            assert!(format!("{err:#}").contains("not bzImage or Image"), "{err:#}");
+        }
+        // A build.json from before the field reads as a bzImage.
+        let old = text.replace("\"image-file\": \"bzImage\",", "");
+        assert_ne!(old, text);
+        std::fs::write(&build_json, old).unwrap();
+        assert_eq!(
+            read_artifact(&output.artifact_dir, &key.digest())
+                .unwrap()
+                .bzimage,
+            output.bzimage
+        );
     }
 
     /// A recipe whose kernel source is a local toy tarball, so `--until

@@ -1,6 +1,7 @@
-//! The `kernel` stage: `make bzImage modules` out of tree, `modules_install`
-//! into a staging dir, and the artifact cache keyed by source hash + final
-//! `.config` + toolchain + make variables.
+//! The `kernel` stage: `make bzImage modules` (arm64: `Image modules`, cross
+//! built) out of tree, `modules_install` into a staging dir, and the artifact
+//! cache keyed by source hash + final `.config` + toolchain + make variables
+//! (which name the machine and the cross compiler).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -26,6 +27,11 @@ pub struct KernelOutput {
     /// Digest of the cache key; names the artifact dir.
     pub key: String,
     pub artifact_dir: PathBuf,
+    /// The boot image's file name in the artifact dir: `bzImage`, or arm64's
+    /// `Image` ([`super::image_target`]).
+    #[serde(default = "bzimage_file")]
+    pub image_file: String,
+    /// The boot image (whatever its machine's format).
     pub bzimage: PathBuf,
     pub bzimage_sha256: String,
     pub config: PathBuf,
@@ -39,6 +45,10 @@ pub struct KernelOutput {
     pub build_seconds: Option<f64>,
 }
 
+fn bzimage_file() -> String {
+    super::image_target(rtcheck::Arch::X86_64).into()
+}
+
 /// The cache key of a kernel build.
 pub fn kernel_key(source: &SourceTree, kconfig: &KconfigOutput, toolchain: &str, make_env: &MakeEnv) -> Key {
     Key::new()
@@ -48,8 +58,9 @@ pub fn kernel_key(source: &SourceTree, kconfig: &KconfigOutput, toolchain: &str,
         .with(
             "make",
             format!(
-                "{} targets=bzImage,modules INSTALL_MOD_STRIP=1",
-                make_env.key_text()
+                "{} targets={},modules INSTALL_MOD_STRIP=1",
+                make_env.key_text(),
+                super::image_target(make_env.arch)
             ),
         )
 }
@@ -120,11 +131,12 @@ pub fn build(
         std::fs::create_dir_all(dir).with_context(|| format!("creating the ccache dir {}", dir.display()))?;
     }
     let mut make = make_env.make(source, build_dir)?;
-    make.arg(format!("-j{}", compiler.jobs())).arg("bzImage");
+    let target = super::image_target(make_env.arch);
+    make.arg(format!("-j{}", compiler.jobs())).arg(target);
     if with_modules {
         make.arg("modules");
     }
-    compiler.apply(&mut make);
+    compiler.apply(&mut make, &make_env.gcc());
     ui.note(format!("compiling with {}", compiler.describe()));
     ui.note(format!("{} (log: {})", tool::describe(&make), log.display()));
     let mut distcc_events = std::collections::BTreeMap::new();
@@ -147,11 +159,11 @@ pub fn build(
 
     let staging = cache.temp_dir("kernel-")?;
     let stage = staging.path();
-    let bzimage_src = build_dir.join("arch/x86/boot/bzImage");
-    if !bzimage_src.is_file() {
-        bail!("make finished but {} does not exist", bzimage_src.display());
+    let image_src = super::image_path(build_dir, make_env.arch);
+    if !image_src.is_file() {
+        bail!("make finished but {} does not exist", image_src.display());
     }
-    std::fs::copy(&bzimage_src, stage.join("bzImage"))?;
+    std::fs::copy(&image_src, stage.join(target))?;
     std::fs::write(stage.join("config"), &config_text)?;
     std::fs::copy(build_dir.join("System.map"), stage.join("System.map")).context("copying System.map")?;
     let release = read_release(build_dir)?;
@@ -175,8 +187,9 @@ pub fn build(
     let output = KernelOutput {
         key: digest.clone(),
         artifact_dir: artifact_dir.clone(),
-        bzimage: final_dir(Path::new("bzImage")),
-        bzimage_sha256: sha256_file(&stage.join("bzImage"), None)?,
+        image_file: target.into(),
+        bzimage: final_dir(Path::new(target)),
+        bzimage_sha256: sha256_file(&stage.join(target), None)?,
         config: final_dir(Path::new("config")),
         config_sha256: sha256_hex(&config_text),
         modules: modules.as_deref().map(final_dir),
@@ -270,8 +283,18 @@ pub fn read_artifact(dir: &Path, digest: &str) -> Result<KernelOutput> {
             output.release
         );
     }
+    if !rtcheck::Arch::ALL
+        .iter()
+        .any(|arch| super::image_target(*arch) == output.image_file)
+    {
+        bail!(
+            "{} names the kernel image {:?}, not bzImage or Image",
+            build_json.display(),
+            output.image_file
+        );
+    }
     output.artifact_dir = dir.to_path_buf();
-    output.bzimage = dir.join("bzImage");
+    output.bzimage = dir.join(&output.image_file);
     output.config = dir.join("config");
     output.modules = output
         .modules

@@ -41,22 +41,24 @@ impl CompilerOptions {
         tool::require_all(&tools)
     }
 
-    /// The `CC` make variable: `gcc`, `distcc gcc`, `ccache gcc` (ccache
-    /// hands misses to distcc through `CCACHE_PREFIX`).
-    pub fn cc(&self) -> String {
+    /// The `CC` make variable for the compiler `gcc` (`gcc`, or a cross
+    /// compiler such as `aarch64-linux-gnu-gcc`): itself, `distcc gcc` or
+    /// `ccache gcc` (ccache hands misses to distcc through `CCACHE_PREFIX`).
+    pub fn cc(&self, gcc: &str) -> String {
         match (&self.ccache, &self.distcc) {
-            (Some(_), _) => "ccache gcc".into(),
-            (None, Some(_)) => "distcc gcc".into(),
-            (None, None) => "gcc".into(),
+            (Some(_), _) => format!("ccache {gcc}"),
+            (None, Some(_)) => format!("distcc {gcc}"),
+            (None, None) => gcc.into(),
         }
     }
 
-    /// Sets `CC` and the tools' environment on a `make` of the kernel.
-    pub fn apply(&self, make: &mut Command) {
+    /// Sets `CC` (for the compiler `gcc`) and the tools' environment on a
+    /// `make` of the kernel.
+    pub fn apply(&self, make: &mut Command, gcc: &str) {
         if self.distcc.is_none() && self.ccache.is_none() {
             return;
         }
-        make.arg(format!("CC={}", self.cc()));
+        make.arg(format!("CC={}", self.cc(gcc)));
         if let Some(hosts) = &self.distcc {
             make.env("DISTCC_HOSTS", &hosts.text);
         }
@@ -270,7 +272,7 @@ mod tests {
     fn cc_and_environment() {
         let env = |o: &CompilerOptions| {
             let mut cmd = Command::new("make");
-            o.apply(&mut cmd);
+            o.apply(&mut cmd, "gcc");
             let args: Vec<String> = cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
             let vars: Vec<(String, String)> = cmd
                 .get_envs()
@@ -304,6 +306,7 @@ mod tests {
         }
         let distcc = CompilerOptions { ccache: None, ..both };
         assert_eq!(env(&distcc).0, ["CC=distcc gcc"]);
+        assert_eq!(distcc.cc("aarch64-linux-gnu-gcc"), "distcc aarch64-linux-gnu-gcc");
     }
 
     #[test]

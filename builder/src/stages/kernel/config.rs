@@ -153,7 +153,7 @@ pub fn configure(
         let read = |p: &Path| std::fs::read_to_string(p).ok();
         for (reason, problem) in reasons.iter_mut().zip(&problems) {
             let symbol = problem.request.symbol.trim_start_matches("CONFIG_");
-            let definitions = deps::find_definitions(&source.root, "x86", symbol, &read);
+            let definitions = deps::find_definitions(&source.root, recipe.arch.kbuild(), symbol, &read);
             if definitions.is_empty() {
                 reason.push_str(&format!("; {symbol} is not defined in this kernel's Kconfig"));
             } else if let Some(why) = deps::explain(&definitions, symbol, &final_config) {

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
+use rtcheck::Arch;
 
 use crate::cache::{BlobCheck, BlobLookup, Cache};
 use crate::io::extract::{ExtractOptions, extract_tarball};
@@ -104,8 +105,9 @@ fn tree_root(dir: &Path) -> Result<PathBuf> {
     }
 }
 
-/// `<work>/kernel-build/<source>-<base>`: kept between runs.
-pub fn build_dir(work_dir: &Path, source: &SourceTree, base: &ConfigBase) -> PathBuf {
+/// `<work>/kernel-build/<source>-<base>` (`<source>-<arch>-<base>` for a
+/// cross build): kept between runs.
+pub fn build_dir(work_dir: &Path, source: &SourceTree, arch: Arch, base: &ConfigBase) -> PathBuf {
     let base_name = match base {
         ConfigBase::Target(target) => target.clone(),
         ConfigBase::File(path) => format!(
@@ -113,9 +115,13 @@ pub fn build_dir(work_dir: &Path, source: &SourceTree, base: &ConfigBase) -> Pat
             &crate::io::hashing::sha256_hex(path.to_string_lossy().as_bytes())[..12]
         ),
     };
+    let machine = match cross_compile(arch) {
+        Some(_) => format!("{arch}-"),
+        None => String::new(),
+    };
     work_dir
         .join("kernel-build")
-        .join(format!("{}-{base_name}", &source.sha256[..12]))
+        .join(format!("{}-{machine}{base_name}", &source.sha256[..12]))
 }
 
 /// The kernel's build date: its own, never the release's, so a release that
@@ -184,9 +190,13 @@ pub fn build_version(source_sha256: &str, config_sha256: &str, toolchain: &str) 
 /// Hex digits of [`build_version`]: `uname -v` is cut at 64 characters.
 const BUILD_VERSION_HEX: usize = 8;
 
-/// How make is invoked: reproducibility variables and parallelism.
+/// How make is invoked: the machine, reproducibility variables and
+/// parallelism.
 #[derive(Clone, Debug)]
 pub struct MakeEnv {
+    /// The machine the kernel is for: anything but the host's (x86_64) is
+    /// cross-built ([`cross_compile`]).
+    pub arch: Arch,
     pub source_date_epoch: u64,
     /// `KBUILD_BUILD_VERSION`: `1` until the configuration is known
     /// ([`build_version`]).
@@ -197,8 +207,9 @@ pub struct MakeEnv {
 }
 
 impl MakeEnv {
-    pub fn new(source_date_epoch: u64) -> Self {
+    pub fn new(arch: Arch, source_date_epoch: u64) -> Self {
         MakeEnv {
+            arch,
             source_date_epoch,
             build_version: "1".into(),
             compiler: compiler::CompilerOptions::default(),
@@ -213,9 +224,22 @@ impl MakeEnv {
         }
     }
 
-    /// The variables that make the same inputs give the same bzImage.
+    /// Kbuild's `ARCH=` and `CROSS_COMPILE=` for a cross build; none for
+    /// the host's own machine.
+    pub fn cross_variables(&self) -> Vec<(&'static str, String)> {
+        match cross_compile(self.arch) {
+            Some(prefix) => vec![
+                ("ARCH", self.arch.kbuild().to_string()),
+                ("CROSS_COMPILE", prefix.to_string()),
+            ],
+            None => Vec::new(),
+        }
+    }
+
+    /// The variables that make the same inputs give the same kernel image.
     pub fn variables(&self) -> Vec<(&'static str, String)> {
-        vec![
+        let mut variables = self.cross_variables();
+        variables.extend([
             ("KBUILD_BUILD_TIMESTAMP", format_utc(self.source_date_epoch)),
             ("KBUILD_BUILD_USER", "imgbuild".into()),
             ("KBUILD_BUILD_HOST", "imgbuild".into()),
@@ -223,7 +247,13 @@ impl MakeEnv {
             ("SOURCE_DATE_EPOCH", self.source_date_epoch.to_string()),
             // Keeps scripts/setlocalversion from appending `+`.
             ("LOCALVERSION", String::new()),
-        ]
+        ]);
+        variables
+    }
+
+    /// The C compiler for the kernel's machine (`gcc`, `aarch64-linux-gnu-gcc`).
+    pub fn gcc(&self) -> String {
+        format!("{}gcc", cross_compile(self.arch).unwrap_or_default())
     }
 
     /// `make -C <src> O=<build>` with the reproducibility environment.
@@ -250,12 +280,51 @@ impl MakeEnv {
     }
 }
 
+/// The cross-compiler prefix for `arch`, built on an amd64 host with
+/// Debian's cross toolchain; `None` for the host's own machine.
+pub const fn cross_compile(arch: Arch) -> Option<&'static str> {
+    match arch {
+        Arch::X86_64 => None,
+        Arch::Arm64 => Some("aarch64-linux-gnu-"),
+    }
+}
+
+/// The compiler and linker that build a kernel for `arch` (Kbuild's
+/// `$(CROSS_COMPILE)gcc` and `ld`).
+const fn compiler_tools(arch: Arch) -> [&'static str; 2] {
+    match arch {
+        Arch::X86_64 => ["gcc", "ld"],
+        Arch::Arm64 => ["aarch64-linux-gnu-gcc", "aarch64-linux-gnu-ld"],
+    }
+}
+
+/// The make target of the boot image on `arch`, which is also its file name
+/// under `arch/<kbuild>/boot/`: the bzImage, or arm64's `Image` (with its
+/// EFI stub, what GRUB and the firmware load).
+pub const fn image_target(arch: Arch) -> &'static str {
+    match arch {
+        Arch::X86_64 => "bzImage",
+        Arch::Arm64 => "Image",
+    }
+}
+
+/// Where Kbuild leaves the boot image of `arch` in the build dir.
+pub fn image_path(build_dir: &Path, arch: Arch) -> PathBuf {
+    build_dir
+        .join("arch")
+        .join(arch.kbuild())
+        .join("boot")
+        .join(image_target(arch))
+}
+
 /// The toolchain identity for cache keys: first lines of `gcc --version`,
-/// `ld --version` and `make --version`.
-pub fn toolchain_id() -> Result<String> {
-    tool::require_all(&["make", "gcc", "ld", "flex", "bison", "bc", "perl"])?;
+/// `ld --version` (the cross tools' for a cross build) and `make --version`.
+pub fn toolchain_id(arch: Arch) -> Result<String> {
+    tool::require_all(&["make", "gcc", "flex", "bison", "bc", "perl"])?;
+    let compiler = compiler_tools(arch);
+    tool::require_all(&compiler)?;
     let mut parts = Vec::new();
-    for program in ["gcc", "ld", "make"] {
+    for program in compiler.into_iter().chain(["make"]) {
         let output = tool::run(tool::command(program)?.arg("--version"))?;
         let text = String::from_utf8_lossy(&output.stdout);
         parts.push(text.lines().next().unwrap_or_default().trim().to_string());
@@ -298,16 +367,50 @@ mod tests {
 
     #[test]
     fn make_env_key_excludes_how_the_kernel_is_compiled() {
-        let a = MakeEnv::new(5);
-        let mut b = MakeEnv::new(5);
+        let a = MakeEnv::new(Arch::X86_64, 5);
+        let mut b = MakeEnv::new(Arch::X86_64, 5);
         b.compiler = compiler::CompilerOptions {
             distcc: compiler::DistccHosts::parse("127.0.0.1:3632/8").ok(),
             ccache: Some("/var/cache/ccache".into()),
             jobs: Some(64),
         };
         assert_eq!(a.key_text(), b.key_text());
-        assert_ne!(a.key_text(), MakeEnv::new(6).key_text());
+        assert_ne!(a.key_text(), MakeEnv::new(Arch::X86_64, 6).key_text());
+        assert_ne!(a.key_text(), MakeEnv::new(Arch::Arm64, 5).key_text());
         assert_ne!(a.key_text(), a.with_build_version("0a1b2c3d".into()).key_text());
+    }
+
+    #[test]
+    fn arm64_is_cross_built_and_x86_64_is_not() {
+        let x86 = MakeEnv::new(Arch::X86_64, 5);
+        assert!(x86.cross_variables().is_empty());
+        assert!(!x86.key_text().contains("ARCH="), "{}", x86.key_text());
+        let arm64 = MakeEnv::new(Arch::Arm64, 5);
+        assert_eq!(
+            arm64.cross_variables(),
+            [
+                ("ARCH", "arm64".to_string()),
+                ("CROSS_COMPILE", "aarch64-linux-gnu-".to_string())
+            ]
+        );
+        assert!(
+            arm64
+                .key_text()
+                .starts_with("ARCH=arm64 CROSS_COMPILE=aarch64-linux-gnu- ")
+        );
+        assert_eq!(
+            compiler_tools(Arch::Arm64)[0],
+            format!("{}gcc", cross_compile(Arch::Arm64).unwrap())
+        );
+        assert_eq!(arm64.gcc(), "aarch64-linux-gnu-gcc");
+        assert_eq!(
+            image_path(Path::new("/b"), Arch::Arm64),
+            Path::new("/b/arch/arm64/boot/Image")
+        );
+        assert_eq!(
+            image_path(Path::new("/b"), Arch::X86_64),
+            Path::new("/b/arch/x86/boot/bzImage")
+        );
     }
 
     #[test]
