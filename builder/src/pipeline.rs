@@ -641,6 +641,11 @@ fn stage_commit(
         ));
     }
     commit::mark_insecure_cache(&mut metadata, &insecure);
+    let programs = commit::check_programs_machine(&rootfs.tree, recipe.arch)?;
+    ctx.ui.note(format!(
+        "{programs} programs under /usr checked: none is for another machine than {}",
+        recipe.arch.machine()
+    ));
     let started = std::time::Instant::now();
     let sealed = commit::seal_tree(&rootfs.tree, &mut metadata)?;
     ctx.ui.note(format!(

@@ -98,9 +98,107 @@ pub fn dynamic(elf: &[u8]) -> Result<Dynamic, ElfError> {
     Ok(Dynamic { interpreter, needed })
 }
 
+/// What an ELF file's header says of the program in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    /// `e_type`: [`ET_REL`], [`ET_EXEC`], [`ET_DYN`], ...
+    pub kind: u16,
+    /// `e_machine`: the instruction set ([`EM_X86_64`], [`EM_AARCH64`], ...).
+    pub machine: u16,
+}
+
+/// A relocatable object (a kernel module, a GRUB module).
+pub const ET_REL: u16 = 1;
+/// An executable.
+pub const ET_EXEC: u16 = 2;
+/// A shared object or position-independent executable.
+pub const ET_DYN: u16 = 3;
+pub const EM_X86_64: u16 = 62;
+pub const EM_AARCH64: u16 = 183;
+
+/// Bytes of the file [`header`] needs: `e_ident`, `e_type`, `e_machine`.
+pub const HEADER_LEN: usize = 20;
+
+/// Reads the ELF header at the start of `bytes`, of either class and byte
+/// order; `None` when they are not an ELF file (pure).
+pub fn header(bytes: &[u8]) -> Option<Header> {
+    let ident = bytes.get(..HEADER_LEN)?;
+    if &ident[..4] != b"\x7fELF" || !matches!(ident[4], 1 | 2) {
+        return None;
+    }
+    let word = |at: usize| -> Option<u16> {
+        let pair = [ident[at], ident[at + 1]];
+        match ident[5] {
+            1 => Some(u16::from_le_bytes(pair)),
+            2 => Some(u16::from_be_bytes(pair)),
+            _ => None,
+        }
+    };
+    Some(Header {
+        kind: word(0x10)?,
+        machine: word(0x12)?,
+    })
+}
+
+impl Header {
+    /// The EmberRTOS machine the program runs on, when it is one of them.
+    pub fn arch(self) -> Option<crate::Arch> {
+        match self.machine {
+            EM_X86_64 => Some(crate::Arch::X86_64),
+            EM_AARCH64 => Some(crate::Arch::Arm64),
+            _ => None,
+        }
+    }
+
+    /// A program that runs (an executable or a shared object), as opposed
+    /// to an object file that is only linked or loaded by another program.
+    pub fn runs(self) -> bool {
+        matches!(self.kind, ET_EXEC | ET_DYN)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The first bytes of an ELF file of that class, byte order, type and machine.
+    fn elf_start(class: u8, data: u8, kind: u16, machine: u16) -> Vec<u8> {
+        let mut bytes = b"\x7fELF".to_vec();
+        bytes.extend([class, data, 1, 0]);
+        bytes.resize(16, 0);
+        let words = [kind, machine];
+        for word in words {
+            bytes.extend(match data {
+                2 => word.to_be_bytes(),
+                _ => word.to_le_bytes(),
+            });
+        }
+        bytes
+    }
+
+    #[test]
+    fn headers_name_their_machine() {
+        let sh = std::fs::read("/bin/sh").expect("/bin/sh");
+        let host = header(&sh).unwrap();
+        assert!(host.runs());
+        assert_eq!(host.arch(), Some(crate::Arch::X86_64));
+        let arm = header(&elf_start(2, 1, ET_DYN, EM_AARCH64)).unwrap();
+        assert_eq!(arm.arch(), Some(crate::Arch::Arm64));
+        let big = header(&elf_start(2, 2, ET_EXEC, EM_AARCH64)).unwrap();
+        assert_eq!((big.kind, big.machine), (ET_EXEC, EM_AARCH64));
+        let module = header(&elf_start(2, 1, ET_REL, EM_AARCH64)).unwrap();
+        assert!(!module.runs());
+        let i386 = header(&elf_start(1, 1, ET_EXEC, 3)).unwrap();
+        assert_eq!(i386.arch(), None);
+        for not_elf in [
+            &b"#!/bin/sh\n.................."[..],
+            &elf_start(2, 1, 2, 62)[..19],
+            &elf_start(3, 1, 2, 62),
+            &elf_start(2, 3, 2, 62),
+        ] {
+            assert_eq!(header(not_elf), None, "{not_elf:?}");
+        }
+    }
 
     #[test]
     fn reads_a_real_dynamic_binary() {

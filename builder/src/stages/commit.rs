@@ -77,6 +77,72 @@ pub fn metadata(facts: &CommitFacts) -> Result<Metadata> {
     Ok(m)
 }
 
+/// The programs under the tree's `usr/` (executables and shared objects)
+/// and those among them built for another of EmberRTOS's machines than
+/// `arch`: an image must not carry the build host's binaries. Firmware for
+/// other processors (`usr/lib/firmware/`) is not the machine's to run.
+pub fn programs_for_other_machines(
+    tree: &Path,
+    arch: rtcheck::Arch,
+) -> Result<(usize, Vec<(String, rtcheck::Arch)>)> {
+    let (mut programs, mut foreign) = (0, Vec::new());
+    for name in verity::usr_files(tree)? {
+        if name.starts_with("usr/lib/firmware/") {
+            continue;
+        }
+        let Some(header) = elf_header(&tree.join(&name))? else {
+            continue;
+        };
+        if !header.runs() {
+            continue;
+        }
+        programs += 1;
+        match header.arch() {
+            Some(other) if other != arch => foreign.push((name, other)),
+            _ => {}
+        }
+    }
+    Ok((programs, foreign))
+}
+
+/// The ELF header at the start of the file at `path`, if it is one.
+fn elf_header(path: &Path) -> Result<Option<rtcheck::elf::Header>> {
+    use std::io::Read;
+    let mut start = Vec::with_capacity(rtcheck::elf::HEADER_LEN);
+    std::fs::File::open(path)
+        .and_then(|file| file.take(rtcheck::elf::HEADER_LEN as u64).read_to_end(&mut start))
+        .with_context(|| format!("reading {}", path.display()))?;
+    Ok(rtcheck::elf::header(&start))
+}
+
+/// Refuses (exit 3) a tree holding programs for another machine than
+/// `arch`, naming them; else the number of programs checked.
+pub fn check_programs_machine(tree: &Path, arch: rtcheck::Arch) -> Result<usize> {
+    let (programs, foreign) = programs_for_other_machines(tree, arch)?;
+    if foreign.is_empty() {
+        return Ok(programs);
+    }
+    const NAMED: usize = 10;
+    let mut reasons: Vec<String> = foreign
+        .iter()
+        .take(NAMED)
+        .map(|(name, other)| format!("/{name} is for {}", other.machine()))
+        .collect();
+    if foreign.len() > NAMED {
+        reasons.push(format!("and {} more", foreign.len() - NAMED));
+    }
+    Err(emberrtos_contract::error::Refused {
+        stage: "commit".into(),
+        summary: format!(
+            "{} of {programs} programs in the tree are not for {} (the recipe's arch: {arch})",
+            foreign.len(),
+            arch.machine()
+        ),
+        reasons,
+    }
+    .into())
+}
+
 /// Writes the fs-verity manifest of the tree's `usr/` into the tree (a new
 /// file: a hardlinked checkout's objects are never written through) and
 /// records its digest in `metadata`; the count of files it lists.
@@ -231,6 +297,57 @@ mod tests {
             metadata: metadata.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
             detached_metadata: Default::default(),
         }
+    }
+
+    #[test]
+    fn programs_for_another_machine_are_refused_by_name() {
+        let tree = tempfile::tempdir().unwrap();
+        let put = |name: &str, bytes: &[u8]| {
+            let path = tree.path().join(name);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, bytes).unwrap();
+        };
+        let elf = |kind: u8, machine: u16| {
+            let mut bytes = b"\x7fELF\x02\x01\x01".to_vec();
+            bytes.resize(16, 0);
+            bytes.extend([kind, 0]);
+            bytes.extend(machine.to_le_bytes());
+            bytes.resize(64, 0);
+            bytes
+        };
+        put("usr/bin/sh", &std::fs::read("/bin/sh").unwrap());
+        put(
+            "usr/lib/x86_64-linux-gnu/libz.so.1",
+            &elf(3, rtcheck::elf::EM_X86_64),
+        );
+        put(
+            "usr/lib/grub/arm64-efi/normal.mod",
+            &elf(1, rtcheck::elf::EM_AARCH64),
+        );
+        put("usr/lib/firmware/soc/m4.elf", &elf(2, rtcheck::elf::EM_AARCH64));
+        put("usr/share/doc/readme", b"\x7fEL");
+        std::os::unix::fs::symlink("/bin/true", tree.path().join("usr/bin/true")).unwrap();
+        let x86 = rtcheck::Arch::X86_64;
+        assert_eq!(check_programs_machine(tree.path(), x86).unwrap(), 2);
+
+        put(
+            "usr/libexec/imgbuild/emberrtos-device",
+            &elf(3, rtcheck::elf::EM_AARCH64),
+        );
+        let error = check_programs_machine(tree.path(), x86).unwrap_err();
+        let refused = error
+            .downcast_ref::<emberrtos_contract::error::Refused>()
+            .unwrap();
+        assert!(refused.summary.contains("1 of 3 programs"), "{}", refused.summary);
+        assert_eq!(
+            refused.reasons,
+            ["/usr/libexec/imgbuild/emberrtos-device is for aarch64"]
+        );
+        // For arm64, it is the two x86_64 programs that are named.
+        let (programs, foreign) = programs_for_other_machines(tree.path(), rtcheck::Arch::Arm64).unwrap();
+        assert_eq!(programs, 3);
+        let names: Vec<&str> = foreign.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["usr/bin/sh", "usr/lib/x86_64-linux-gnu/libz.so.1"]);
     }
 
     #[test]
