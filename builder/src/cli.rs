@@ -486,6 +486,11 @@ fn render_commit(info: &ostree::CommitInfo, evidence: Option<&rtcheck::Evidence>
         "date     {}",
         crate::stages::kernel::format_utc(info.timestamp)
     );
+    match commit::arch_of(info) {
+        Ok(arch) => writeln!(out, "arch     {arch} ({})", arch.machine()),
+        Err(e) => writeln!(out, "arch     unknown: {e}"),
+    }
+    .ok();
     for (label, key) in [
         ("version", commit::key::VERSION),
         ("flavor", commit::key::FLAVOR),

@@ -24,6 +24,7 @@ use crate::stages::kernel::build::{KernelOutput, build, kernel_key};
 use crate::stages::kernel::compiler::CompilerOptions;
 use crate::stages::kernel::config::{KconfigOutput, configure, read_fragments};
 use crate::stages::kernel::{self, KernelDate, MakeEnv, SourceTree};
+use crate::stages::rootfs::base::DebianBase;
 use crate::stages::rootfs::{self, BuildInfo, ComposeInputs, KernelFiles, RootfsOutput};
 use crate::stages::tag::{self, TagOutput, TagRequest};
 use crate::stages::verify;
@@ -115,15 +116,22 @@ pub struct SignedImage {
     pub sha256: String,
 }
 
-/// Refuses a run this imgbuild cannot finish for the recipe's machine: an
-/// arm64 recipe goes as far as its kernel's gate (`verify`).
+/// Refuses a run this imgbuild cannot finish for the recipe's machine,
+/// before anything runs: an arm64 recipe goes as far as its commit, and
+/// its root filesystem needs a host that runs arm64 programs
+/// ([`rootfs::binfmt`]).
 pub fn check_reach(recipe: &Recipe, until: Stage) -> Result<()> {
-    if recipe.arch != rtcheck::Arch::X86_64 && until > Stage::Verify {
+    if recipe.arch != rtcheck::Arch::X86_64 && until > Stage::Commit {
         bail!(
-            "{}: arch: {}: this imgbuild cross-builds arm64 kernels and proves them PREEMPT_RT, but builds no arm64 root filesystem, commit or disk yet: run it with `--until verify`",
+            "{}: arch: {}: this imgbuild builds arm64 kernels, root filesystems and commits, but no arm64 live image or disk yet: run it with `--until commit`",
             recipe.file.display(),
             recipe.arch
         );
+    }
+    if until >= Stage::Rootfs && recipe.arch != rtcheck::Arch::host() {
+        crate::tool::require("arch-test")?;
+        rootfs::binfmt::check_runs(recipe.arch, Path::new(rootfs::binfmt::BINFMT_DIR))
+            .with_context(|| format!("{}: arch: {}", recipe.file.display(), recipe.arch))?;
     }
     Ok(())
 }
@@ -390,7 +398,7 @@ fn stage_iso(
         .with_context(|| format!("reading {}", live_rootfs.join(iso::PACKAGES_FILE).display()))?;
     let mut packages = iso::parse_packages(&list);
     packages.extend(recipe.live.packages.iter().cloned());
-    let jitter = rootfs::find_jitter()?;
+    let jitter = rootfs::find_jitter(recipe.arch)?;
     let iso = iso_path(ctx);
     let live_rootfs_sha256 = sha256_tree(&live_rootfs)?;
     // As the recipe names it: the SBOM holds no host path.
@@ -400,7 +408,14 @@ fn stage_iso(
         .as_ref()
         .and_then(|l| l.rootfs.clone())
         .unwrap_or_default();
-    let live_base = rootfs::base::debian_key(&suite, "essential", &packages, None);
+    let live_base = DebianBase {
+        suite: &suite,
+        variant: "essential",
+        packages: &packages,
+        mirror: None,
+        arch: recipe.arch,
+    }
+    .key();
     let key = Key::new()
         .with("kernel", &kernel.key)
         .with("signed kernel", signed.map_or("none", |s| s.sha256.as_str()))
@@ -429,6 +444,7 @@ fn stage_iso(
             version_line: &version_line,
             suite: &suite,
             packages,
+            arch: recipe.arch,
             live_rootfs: &live_rootfs,
             kernel: &kernel_files(kernel, signed),
             kargs: &recipe.kernel.cmdline,
@@ -440,6 +456,7 @@ fn stage_iso(
                 name: &recipe.name,
                 version: &recipe.version,
                 flavor: &flavor,
+                arch: recipe.arch,
                 kernel_release: &kernel.release,
                 kernel_source_sha256: &fetched.sha256,
                 kernel_source_origin: &fetched.origin,
@@ -502,18 +519,19 @@ fn stage_rootfs(
     kernel_epoch: u64,
 ) -> Result<RootfsOutput> {
     let recipe = &ctx.recipe;
-    let base_key = match &recipe.rootfs.base {
-        RootfsBase::Debian {
-            suite,
-            variant,
-            packages,
-            mirror,
-        } => rootfs::base::debian_key(suite, variant, packages, mirror.as_deref()),
-        RootfsBase::Tarball(source) => fetch::fetch(source, &ctx.cache, &ctx.fetch_options, &ctx.ui)?.sha256,
+    let base_key = match (
+        &recipe.rootfs.base,
+        DebianBase::of(&recipe.rootfs.base, recipe.arch),
+    ) {
+        (_, Some(debian)) => debian.key(),
+        (RootfsBase::Tarball(source), None) => {
+            fetch::fetch(source, &ctx.cache, &ctx.fetch_options, &ctx.ui)?.sha256
+        }
+        (RootfsBase::Debian { .. }, None) => unreachable!("a Debian base is read as one"),
     };
-    let busybox = rootfs::static_busybox()?;
-    let device_tool = rootfs::find_device_tool()?;
-    let jitter = rootfs::find_jitter()?;
+    let busybox = rootfs::initramfs_busybox(recipe.arch)?;
+    let device_tool = rootfs::find_device_tool(recipe.arch)?;
+    let jitter = rootfs::find_jitter(recipe.arch)?;
     let mut key = Key::new()
         .with("base", &base_key)
         .with("kernel", &kernel.key)
@@ -521,7 +539,7 @@ fn stage_rootfs(
         .with_value("kargs", &recipe.kernel.cmdline)
         .with("flavor", recipe.flavor.to_string())
         .with("name", format!("{} {}", recipe.name, recipe.version))
-        .with("busybox", sha256_file(&busybox, None)?)
+        .with("busybox", busybox.key()?)
         .with("emberrtos-device", sha256_file(&device_tool, None)?)
         .with("jitter", sha256_file(&jitter, None)?)
         .with("format", ROOTFS_FORMAT);
@@ -532,7 +550,13 @@ fn stage_rootfs(
         &key,
         |out: &RootfsOutput| out.tree.is_dir(),
         |dir| {
-            let base = rootfs::base::obtain(&recipe.rootfs.base, &ctx.cache, &ctx.fetch_options, &ctx.ui)?;
+            let base = rootfs::base::obtain(
+                &recipe.rootfs.base,
+                recipe.arch,
+                &ctx.cache,
+                &ctx.fetch_options,
+                &ctx.ui,
+            )?;
             let kernel_files = kernel_files(kernel, signed);
             let info = BuildInfo {
                 name: recipe.name.clone(),
@@ -548,6 +572,7 @@ fn stage_rootfs(
                 overlays: &recipe.rootfs.overlays,
                 kargs: &recipe.kernel.cmdline,
                 info: &info,
+                arch: recipe.arch,
                 busybox: &busybox,
                 device_tool: &device_tool,
                 jitter: &jitter,
@@ -589,6 +614,7 @@ fn write_sbom(
         name: &recipe.name,
         version: &recipe.version,
         flavor: &flavor,
+        arch: recipe.arch,
         kernel_release: &kernel.release,
         kernel_source_sha256: &fetched.sha256,
         kernel_source_origin: &fetched.origin,
@@ -692,15 +718,8 @@ fn stage_commit(
 /// entries nothing authenticated: the kernel, and a Debian rootfs base.
 fn insecure_artifacts(ctx: &Context, kernel: &KernelOutput) -> Vec<String> {
     let mut artifacts = vec![(remote::KERNELS, kernel.key.clone())];
-    if let RootfsBase::Debian {
-        suite,
-        variant,
-        packages,
-        mirror,
-    } = &ctx.recipe.rootfs.base
-    {
-        let key = rootfs::base::debian_key(suite, variant, packages, mirror.as_deref());
-        artifacts.push((remote::ROOTFS_BASE, key));
+    if let Some(debian) = DebianBase::of(&ctx.recipe.rootfs.base, ctx.recipe.arch) {
+        artifacts.push((remote::ROOTFS_BASE, debian.key()));
     }
     insecure_of(ctx, artifacts)
 }

@@ -10,6 +10,7 @@ use std::process::{Command, Output, Stdio};
 use anyhow::{Context, Result, bail};
 
 use emberrtos_contract::error::MissingTool;
+use rtcheck::Arch;
 
 /// The Debian package that provides each host tool imgbuild runs (the
 /// packages' relations in builder/Cargo.toml must cover each: see
@@ -17,7 +18,9 @@ use emberrtos_contract::error::MissingTool;
 pub const PACKAGES: &[(&str, &str)] = &[
     ("aarch64-linux-gnu-gcc", "gcc-aarch64-linux-gnu"),
     ("aarch64-linux-gnu-ld", "binutils-aarch64-linux-gnu"),
+    ("aarch64-linux-gnu-strip", "binutils-aarch64-linux-gnu"),
     ("apt-get", "apt"),
+    ("arch-test", "arch-test"),
     ("mcopy", "mtools"),
     ("qemu-img", "qemu-utils"),
     ("mmd", "mtools"),
@@ -135,42 +138,15 @@ pub fn die_with_parent(cmd: &mut Command) -> &mut Command {
     }
 }
 
-/// A binary of this workspace that imgbuild puts into images (`jitter`,
-/// `emberrtos-device`): `$<env_var>` when set, else the first of
-/// [`companion_candidates`] that exists.
-pub fn find_companion(name: &str, env_var: &str) -> Result<PathBuf> {
-    if let Some(path) = std::env::var_os(env_var) {
-        let path = PathBuf::from(path);
-        if path.is_file() {
-            return Ok(path);
-        }
-        bail!("${env_var} points to {}, which does not exist", path.display());
+/// The name of the binutils tool `tool` (`strip`, `readelf`) that works on
+/// `arch`'s files: the host's own, or Debian's cross tool
+/// (`aarch64-linux-gnu-strip`, package binutils-aarch64-linux-gnu).
+pub fn binutils_for(tool: &str, arch: Arch) -> String {
+    if arch == Arch::host() {
+        tool.to_string()
+    } else {
+        format!("{}-{tool}", arch.multiarch())
     }
-    let exe = std::env::current_exe().context("locating the imgbuild executable")?;
-    companion_candidates(&exe, name)
-        .into_iter()
-        .find(|p| p.is_file())
-        .with_context(|| {
-            format!(
-                "no {name} binary beside {}: build it with `cargo build --release --workspace`, install the imgbuild package (and emberrtos-jitter) whole, or set ${env_var}",
-                exe.display()
-            )
-        })
-}
-
-/// Where `name` is looked for next to the imgbuild at `exe`: beside it
-/// (`cargo build --release --workspace`), one level up (a test binary in
-/// `deps/`), then the installed package's `/usr/libexec/imgbuild/<name>`
-/// for `/usr/bin/imgbuild`.
-pub fn companion_candidates(exe: &Path, name: &str) -> Vec<PathBuf> {
-    let Some(dir) = exe.parent() else {
-        return Vec::new();
-    };
-    vec![
-        dir.join(name),
-        dir.join("..").join(name),
-        dir.join("../libexec/imgbuild").join(name),
-    ]
 }
 
 /// Whether imgbuild runs with root privileges (owners can be kept as is).
@@ -259,29 +235,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn companions_are_found_where_the_build_and_the_packages_put_them() {
-        let root = tempfile::tempdir().unwrap();
-        let usr = root.path().join("usr");
-        std::fs::create_dir_all(usr.join("libexec/imgbuild")).unwrap();
-        std::fs::create_dir_all(usr.join("bin")).unwrap();
-        std::fs::write(usr.join("bin/jitter"), "").unwrap();
-        std::fs::write(usr.join("libexec/imgbuild/emberrtos-device"), "").unwrap();
-        let first = |exe: &Path, name: &str| {
-            let found = companion_candidates(exe, name).into_iter().find(|p| p.is_file());
-            found.map(|p| p.canonicalize().unwrap())
-        };
-        let installed = usr.join("bin/imgbuild");
-        let usr = usr.canonicalize().unwrap();
-        assert_eq!(first(&installed, "jitter"), Some(usr.join("bin/jitter")));
+    fn binutils_work_on_the_images_machine() {
+        let other = Arch::ALL.into_iter().find(|a| *a != Arch::host()).unwrap();
+        assert_eq!(binutils_for("strip", Arch::host()), "strip");
         assert_eq!(
-            first(&installed, "emberrtos-device"),
-            Some(usr.join("libexec/imgbuild/emberrtos-device"))
+            binutils_for("strip", other),
+            format!("{}-strip", other.multiarch())
         );
-        assert_eq!(first(&installed, "imgbuild-docs"), None);
-        // A test binary in target/release/deps finds target/release/jitter.
-        std::fs::create_dir(usr.join("bin/deps")).unwrap();
-        let deps_exe = usr.join("bin/deps/imgbuild-test");
-        assert_eq!(first(&deps_exe, "jitter"), Some(usr.join("bin/jitter")));
     }
 
     #[test]

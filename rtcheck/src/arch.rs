@@ -54,6 +54,32 @@ impl Arch {
         }
     }
 
+    /// Debian's multiarch tuple, the directory of its libraries under
+    /// `/usr/lib` and the prefix of its cross tools (`aarch64-linux-gnu-gcc`).
+    pub const fn multiarch(self) -> &'static str {
+        match self {
+            Arch::X86_64 => "x86_64-linux-gnu",
+            Arch::Arm64 => "aarch64-linux-gnu",
+        }
+    }
+
+    /// Rust's target triple (`cargo build --target`).
+    pub const fn rust_target(self) -> &'static str {
+        match self {
+            Arch::X86_64 => "x86_64-unknown-linux-gnu",
+            Arch::Arm64 => "aarch64-unknown-linux-gnu",
+        }
+    }
+
+    /// The machine this program was built for: imgbuild's build host.
+    pub const fn host() -> Arch {
+        if cfg!(target_arch = "aarch64") {
+            Arch::Arm64
+        } else {
+            Arch::X86_64
+        }
+    }
+
     /// The architecture `uname -m` names (`x86_64`, `aarch64`).
     pub fn from_machine(machine: &str) -> Option<Arch> {
         Arch::ALL.into_iter().find(|a| a.machine() == machine.trim())
@@ -90,6 +116,10 @@ mod tests {
             assert_eq!(json, format!("\"{}\"", arch.name()));
         }
         assert_eq!(Arch::default(), Arch::X86_64);
+        for arch in Arch::ALL {
+            assert!(arch.multiarch().starts_with(arch.machine()));
+            assert!(arch.rust_target().starts_with(arch.machine()));
+        }
     }
 
     #[test]

@@ -389,15 +389,19 @@ pub fn resolve_in_tree(root: &ImageRoot, path: &Path) -> Result<Option<Resolved>
     })
 }
 
-/// Where the loader looks for libraries when there is no ld.so.cache.
-const LIB_DIRS: &[&str] = &[
-    "lib/x86_64-linux-gnu",
-    "usr/lib/x86_64-linux-gnu",
-    "lib64",
-    "usr/lib64",
-    "lib",
-    "usr/lib",
-];
+/// Where the loader of `arch` looks for libraries when there is no
+/// ld.so.cache: Debian's multiarch directories first.
+fn library_dirs(arch: rtcheck::Arch) -> [String; 6] {
+    let multiarch = arch.multiarch();
+    [
+        format!("lib/{multiarch}"),
+        format!("usr/lib/{multiarch}"),
+        "lib64".into(),
+        "usr/lib64".into(),
+        "lib".into(),
+        "usr/lib".into(),
+    ]
+}
 
 /// Adds a dynamically linked program from the image tree `root` with its
 /// loader and the shared libraries it needs, all read inside the tree. Every
@@ -415,8 +419,11 @@ pub fn add_program_with_libraries(archive: &mut Archive, root: &ImageRoot, progr
         let dynamic =
             rtcheck::elf::dynamic(&bytes).with_context(|| format!("reading ELF headers of {path}"))?;
         pending.extend(dynamic.interpreter);
+        let arch = rtcheck::elf::header(&bytes)
+            .and_then(|header| header.arch())
+            .with_context(|| format!("{path} is not a program for a machine imgbuild builds for"))?;
         for library in dynamic.needed {
-            let found = find_library(root, &library)?
+            let found = find_library(root, &library, arch)?
                 .with_context(|| format!("{path} needs {library}, which is not in the image tree"))?;
             pending.push(found);
         }
@@ -451,11 +458,11 @@ fn add_from_tree(archive: &mut Archive, root: &ImageRoot, path: &str) -> Result<
 }
 
 /// The path, in one of the loader's directories, of `library` in the tree.
-fn find_library(root: &ImageRoot, library: &str) -> Result<Option<String>> {
+fn find_library(root: &ImageRoot, library: &str, arch: rtcheck::Arch) -> Result<Option<String>> {
     if library.contains('/') {
         return Ok(Some(library.to_string()));
     }
-    for dir in LIB_DIRS {
+    for dir in library_dirs(arch) {
         let candidate = format!("/{dir}/{library}");
         let resolved = resolve_in_tree(root, Path::new(&candidate))?;
         if resolved.is_some_and(|r| {

@@ -32,3 +32,19 @@ pub fn open_nofollow(path: &std::path::Path) -> std::io::Result<std::fs::File> {
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)
 }
+
+/// The first `len` bytes of the file at `path` (fewer when it is shorter).
+pub fn read_head(path: &std::path::Path, len: usize) -> anyhow::Result<Vec<u8>> {
+    use anyhow::Context;
+    use std::io::Read;
+    let mut head = Vec::with_capacity(len);
+    std::fs::File::open(path)
+        .and_then(|file| file.take(len as u64).read_to_end(&mut head))
+        .with_context(|| format!("reading {}", path.display()))?;
+    Ok(head)
+}
+
+/// The ELF header at the start of the file at `path`, if it is one.
+pub fn elf_header(path: &std::path::Path) -> anyhow::Result<Option<rtcheck::elf::Header>> {
+    Ok(rtcheck::elf::header(&read_head(path, rtcheck::elf::HEADER_LEN)?))
+}

@@ -67,6 +67,8 @@ pub struct Expected {
     pub release: String,
     pub uts_version: String,
     pub bzimage_sha256: String,
+    /// The machine of the commit's kernel.
+    pub arch: Option<rtcheck::Arch>,
 }
 
 /// The ref must be a proven PREEMPT_RT build; its kernel is read out of the
@@ -83,6 +85,7 @@ pub fn expected_kernel(repo: &Path, ref_name: &str, stage: &str) -> Result<Expec
         release: kernel.release,
         uts_version: kernel.uts_version,
         bzimage_sha256: kernel.image_sha256,
+        arch: kernel.evidence.arch,
     })
 }
 
@@ -338,7 +341,7 @@ fn require_expected_kernel(session: &Session, probe: &Probe, expected: &Expected
     if probe.jitter.is_empty() {
         bail!("`jitter` is not on the target's PATH: boot the live validation ISO, which has it");
     }
-    let mismatch = probe::kernel_mismatch(probe, &expected.release, &expected.uts_version);
+    let mismatch = probe::kernel_mismatch(probe, expected.arch, &expected.release, &expected.uts_version);
     if !mismatch.is_empty() {
         return Err(refused(
             format!(

@@ -10,7 +10,7 @@ use super::clean;
 /// The shell command whose output [`parse`] reads: `key=value` lines.
 pub const PROBE_COMMAND: &str = "for f in sys_vendor product_name board_name bios_version; do \
 printf 'dmi.%s=' \"$f\"; head -c 256 \"/sys/class/dmi/id/$f\" 2>/dev/null | tr -d '\\n'; echo; done; \
-printf 'uname.r=%s\\n' \"$(uname -r)\"; printf 'uname.v=%s\\n' \"$(uname -v)\"; \
+printf 'uname.r=%s\\n' \"$(uname -r)\"; printf 'uname.v=%s\\n' \"$(uname -v)\"; printf 'uname.m=%s\\n' \"$(uname -m)\"; \
 printf 'jitter=%s\\n' \"$(command -v jitter)\"; \
 grep -E '^(processor|model name|microcode)[[:space:]]*:' /proc/cpuinfo | head -n 4096 | sed 's/^/cpu./'; \
 grep '^MemTotal:' /proc/meminfo | sed 's/^/mem./'";
@@ -65,6 +65,8 @@ pub struct Probe {
     pub hardware: Hardware,
     pub release: String,
     pub uts_version: String,
+    /// `uname -m`: the machine (`x86_64`, `aarch64`).
+    pub machine: String,
     /// Where `jitter` is on the target's PATH; empty when it is not.
     pub jitter: String,
 }
@@ -91,6 +93,7 @@ pub fn parse(output: &str) -> Probe {
             "dmi.bios_version" => hw.bios_version = value,
             "uname.r" => probe.release = value,
             "uname.v" => probe.uts_version = value,
+            "uname.m" => probe.machine = value,
             "jitter" => probe.jitter = value,
             "cpu.processor" => hw.cores += 1,
             "cpu.model name" if hw.cpu_model.is_empty() => hw.cpu_model = value,
@@ -103,9 +106,24 @@ pub fn parse(output: &str) -> Probe {
     probe
 }
 
-/// Why the target does not run the expected kernel (empty when it does).
-pub fn kernel_mismatch(probe: &Probe, release: &str, uts_version: &str) -> Vec<String> {
+/// Why the target does not run the expected kernel (empty when it does):
+/// first of all, when it is another machine than the commit's.
+pub fn kernel_mismatch(
+    probe: &Probe,
+    arch: Option<rtcheck::Arch>,
+    release: &str,
+    uts_version: &str,
+) -> Vec<String> {
     let mut reasons = Vec::new();
+    if let Some(arch) = arch
+        && probe.machine != arch.machine()
+    {
+        reasons.push(format!(
+            "the target's `uname -m` is {:?}, the commit is for {arch} ({})",
+            probe.machine,
+            arch.machine()
+        ));
+    }
     if probe.release != release {
         reasons.push(format!(
             "the target runs kernel {:?}, the commit holds {release:?}",
@@ -128,7 +146,7 @@ mod tests {
     fn output(vendor: &str, bios: &str, microcode: &str) -> String {
         format!(
             "dmi.sys_vendor={vendor}\ndmi.product_name=Rig-A\ndmi.board_name=RA-1\ndmi.bios_version={bios}\n\
-uname.r=6.12.117\nuname.v=#1 SMP PREEMPT_RT Sun Nov 30 00:00:00 UTC 2025\njitter=/usr/bin/jitter\n\
+uname.r=6.12.117\nuname.v=#1 SMP PREEMPT_RT Sun Nov 30 00:00:00 UTC 2025\nuname.m=x86_64\njitter=/usr/bin/jitter\n\
 cpu.processor\t: 0\ncpu.model name\t: QEMU Virtual CPU version 2.5+\ncpu.microcode\t: {microcode}\n\
 cpu.processor\t: 1\ncpu.model name\t: QEMU Virtual CPU version 2.5+\nmem.MemTotal:        1988876 kB\n"
         )
@@ -148,15 +166,15 @@ cpu.processor\t: 1\ncpu.model name\t: QEMU Virtual CPU version 2.5+\nmem.MemTota
         assert!(hw.id.starts_with("hw-") && hw.id.len() == 19, "{}", hw.id);
         assert_eq!(probe.release, "6.12.117");
         assert_eq!(probe.jitter, "/usr/bin/jitter");
-        assert!(
-            kernel_mismatch(
-                &probe,
-                "6.12.117",
-                "#1 SMP PREEMPT_RT Sun Nov 30 00:00:00 UTC 2025"
-            )
-            .is_empty()
+        let uts = "#1 SMP PREEMPT_RT Sun Nov 30 00:00:00 UTC 2025";
+        assert_eq!(probe.machine, "x86_64");
+        assert!(kernel_mismatch(&probe, Some(rtcheck::Arch::X86_64), "6.12.117", uts).is_empty());
+        assert_eq!(kernel_mismatch(&probe, None, "6.12.118", "#2").len(), 2);
+        let arm64 = kernel_mismatch(&probe, Some(rtcheck::Arch::Arm64), "6.12.117", uts);
+        assert_eq!(
+            arm64,
+            ["the target's `uname -m` is \"x86_64\", the commit is for arm64 (aarch64)"]
         );
-        assert_eq!(kernel_mismatch(&probe, "6.12.118", "#2").len(), 2);
     }
 
     #[test]

@@ -60,6 +60,8 @@ pub struct Row {
 #[serde(rename_all = "kebab-case")]
 pub struct PromoteReport {
     pub commit: String,
+    /// The machine of the commit's kernel.
+    pub arch: Option<rtcheck::Arch>,
     pub from: String,
     pub to: String,
     pub rows: Vec<Row>,
@@ -268,14 +270,21 @@ pub fn promote(
     let signer = gpg::primary_fingerprint(&request.gpg_key, homedir)?;
     let expected = expected_kernel(&request.repo, &request.from, "promote")?;
     let commit = expected.commit;
+    let machine = expected.arch.map_or("an unknown machine", rtcheck::Arch::name);
     ui.step(
         "promote",
-        format!("{} → {} at {}", request.from, request.to, short(&commit)),
+        format!(
+            "{} → {} at {} (for {machine})",
+            request.from,
+            request.to,
+            short(&commit)
+        ),
     );
     let rows = judge_all(request, &commit, &signer)?;
     let repository = ostree::open(&request.repo)?;
     let mut report = PromoteReport {
         commit: commit.clone(),
+        arch: expected.arch,
         from: request.from.clone(),
         to: request.to.clone(),
         rows,

@@ -113,6 +113,8 @@ pub struct SbomInputs<'a> {
     pub name: &'a str,
     pub version: &'a str,
     pub flavor: &'a str,
+    /// The machine the image is for.
+    pub arch: rtcheck::Arch,
     /// What the document describes: `ostree commit`, `live ISO`.
     pub subject: &'a str,
     /// The root whose dpkg status and copyright files are read.
@@ -249,8 +251,11 @@ fn os_package(inputs: &SbomInputs) -> Package {
     os.version_info = Some(inputs.version.to_string());
     os.primary_package_purpose = Some("OPERATING-SYSTEM".into());
     os.comment = Some(format!(
-        "{} flavor; this document describes its {}",
-        inputs.flavor, inputs.subject
+        "{} flavor for {} ({}); this document describes its {}",
+        inputs.flavor,
+        inputs.arch,
+        inputs.arch.machine(),
+        inputs.subject
     ));
     os
 }

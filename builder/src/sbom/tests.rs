@@ -53,6 +53,7 @@ fn inputs(root: &ImageRoot) -> SbomInputs<'_> {
         name: "emberrtos",
         version: "2026.12.1",
         flavor: "rt",
+        arch: rtcheck::Arch::X86_64,
         subject: "ostree commit",
         root,
         kernel: KernelFacts {
@@ -135,6 +136,9 @@ fn relationships_mean_something() {
             .contains(&Relationship::new(from, kind, to))
     };
     assert!(has("SPDXRef-DOCUMENT", "DESCRIBES", OS_ID));
+    let os = document.packages.iter().find(|p| p.spdx_id == OS_ID).unwrap();
+    let comment = os.comment.as_deref().unwrap();
+    assert!(comment.starts_with("rt flavor for x86_64 (x86_64);"), "{comment}");
     assert!(has(OS_ID, "CONTAINS", "SPDXRef-deb-bash.amd64"));
     assert!(has(
         "SPDXRef-deb-bash.amd64",

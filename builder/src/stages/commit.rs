@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::ostree::{self, CommitRequest, MetaValue, Metadata, WriteStats};
 use crate::recipe::Flavor;
 use crate::sbom::image::WrittenSbom;
-pub use emberrtos_contract::commit::{BOOT_EVIDENCE, evidence_of, full_evidence, kargs_of, key};
+pub use emberrtos_contract::commit::{BOOT_EVIDENCE, arch_of, evidence_of, full_evidence, kargs_of, key};
 use emberrtos_contract::io::root::ImageRoot;
 use emberrtos_contract::policy::HealthPolicy;
 use emberrtos_contract::secure_boot::{Certificate, key as sb_key};
@@ -90,7 +90,7 @@ pub fn programs_for_other_machines(
         if name.starts_with("usr/lib/firmware/") {
             continue;
         }
-        let Some(header) = elf_header(&tree.join(&name))? else {
+        let Some(header) = crate::io::elf_header(&tree.join(&name))? else {
             continue;
         };
         if !header.runs() {
@@ -103,16 +103,6 @@ pub fn programs_for_other_machines(
         }
     }
     Ok((programs, foreign))
-}
-
-/// The ELF header at the start of the file at `path`, if it is one.
-fn elf_header(path: &Path) -> Result<Option<rtcheck::elf::Header>> {
-    use std::io::Read;
-    let mut start = Vec::with_capacity(rtcheck::elf::HEADER_LEN);
-    std::fs::File::open(path)
-        .and_then(|file| file.take(rtcheck::elf::HEADER_LEN as u64).read_to_end(&mut start))
-        .with_context(|| format!("reading {}", path.display()))?;
-    Ok(rtcheck::elf::header(&start))
 }
 
 /// Refuses (exit 3) a tree holding programs for another machine than

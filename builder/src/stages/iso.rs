@@ -318,6 +318,8 @@ pub struct LiveInputs<'a> {
     pub version_line: &'a str,
     pub suite: &'a str,
     pub packages: Vec<String>,
+    /// The machine the live image is for.
+    pub arch: rtcheck::Arch,
     pub live_rootfs: &'a Path,
     pub kernel: &'a KernelFiles,
     pub kargs: &'a [String],
@@ -385,7 +387,7 @@ pub fn build_iso(
         packages: inputs.packages.clone(),
         mirror: None,
     };
-    let base = base::obtain(&base_spec, cache, fetch_options, ui)?;
+    let base = base::obtain(&base_spec, inputs.arch, cache, fetch_options, ui)?;
 
     let live_root = stage_dir.join("live-root");
     if live_root.exists() {
@@ -611,6 +613,7 @@ mod tests {
             version_line: "v",
             suite: "bookworm",
             packages: Vec::new(),
+            arch: rtcheck::Arch::X86_64,
             live_rootfs: &files,
             kernel: &kernel,
             kargs: &[],
@@ -622,6 +625,7 @@ mod tests {
                 name: "t",
                 version: "1",
                 flavor: "rt",
+                arch: rtcheck::Arch::X86_64,
                 kernel_release: "6.12.0",
                 kernel_source_sha256: "",
                 kernel_source_origin: "",

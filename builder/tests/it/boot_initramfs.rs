@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use emberrtos_contract::io::root::ImageRoot;
 use imgbuild::io::initramfs::{Archive, Data, Node};
 use imgbuild::stages::rootfs::boot_initramfs::{
-    PREPARE_ROOT, PrepareRootCheck, boot_initramfs, check_prepare_root_runs,
+    Busybox, PREPARE_ROOT, PrepareRootCheck, boot_initramfs, check_prepare_root_runs,
 };
 
 const LOADER: &str = "ld-linux-x86-64.so.2";
@@ -115,7 +115,7 @@ fn the_loader_is_the_trees_even_through_absolute_links() {
     for absolute in [true, false] {
         let dir = tempfile::tempdir().unwrap();
         let root = image_tree(dir.path(), Path::new("/usr/bin/true"), &debian_layout(absolute));
-        let archive = boot_initramfs(&root, Path::new("/bin/busybox")).unwrap();
+        let archive = boot_initramfs(&root, &Busybox::Host("/bin/busybox".into())).unwrap();
         let loader = file_bytes(&archive, &format!("/lib64/{LOADER}"));
         assert!(
             loader.ends_with(TREE_MARK),
@@ -155,7 +155,7 @@ fn a_library_missing_from_the_tree_is_not_taken_from_the_host() {
             std::fs::remove_file(dir.path().join(MULTIARCH).join(name)).unwrap();
         }
     }
-    let Err(err) = boot_initramfs(&root, Path::new("/bin/busybox")) else {
+    let Err(err) = boot_initramfs(&root, &Busybox::Host("/bin/busybox".into())) else {
         panic!("the host's libc was taken");
     };
     assert!(
@@ -181,7 +181,7 @@ fn ostree_prepare_root_runs_from_the_unpacked_initramfs() {
     for absolute in [true, false] {
         let dir = tempfile::tempdir().unwrap();
         let root = image_tree(dir.path(), Path::new(HOST_PREPARE_ROOT), &debian_layout(absolute));
-        let archive = boot_initramfs(&root, Path::new("/bin/busybox")).unwrap();
+        let archive = boot_initramfs(&root, &Busybox::Host("/bin/busybox".into())).unwrap();
         let PrepareRootCheck::Ran(out) = check_prepare_root_runs(&archive).unwrap() else {
             panic!("skipped as root")
         };

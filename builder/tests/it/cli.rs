@@ -87,7 +87,7 @@ fn fetch_twice_second_is_cached_without_network() {
 }
 
 #[test]
-fn an_arm64_recipe_runs_to_its_kernel_gate_and_no_further() {
+fn an_arm64_recipe_runs_to_its_commit_and_no_further() {
     let dir = tempfile::tempdir().unwrap();
     let body = b"pretend this is linux-6.12.tar.xz".to_vec();
     let server = HttpServer::start("linux-6.12.tar.xz", body.clone(), vec![]);
@@ -104,9 +104,9 @@ fn an_arm64_recipe_runs_to_its_kernel_gate_and_no_further() {
             .arg(dir.path().join("cache"))
             .assert()
     };
-    run("rootfs", "too-far")
+    run("iso", "too-far")
         .code(1)
-        .stderr(contains("arch: arm64").and(contains("--until verify")));
+        .stderr(contains("arch: arm64").and(contains("--until commit")));
     assert!(!dir.path().join("too-far").exists());
     assert_eq!(server.requests(), 0, "refused before anything ran");
     run("fetch", "build").code(0);

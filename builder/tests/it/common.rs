@@ -699,7 +699,7 @@ impl Sshd {
 /// The workspace's `jitter`: `$IMGBUILD_JITTER`, else the one `cargo test
 /// --workspace` builds beside the test binaries.
 pub fn jitter_binary() -> PathBuf {
-    imgbuild::stages::rootfs::find_jitter()
+    imgbuild::stages::rootfs::find_jitter(rtcheck::Arch::host())
         .unwrap_or_else(|e| panic!("{e:#} (or run `cargo build -p jitter` first)"))
 }
 
@@ -707,7 +707,7 @@ pub fn jitter_binary() -> PathBuf {
 /// `CARGO_BIN_EXE_` here): `$IMGBUILD_DEVICE_TOOL`, else the one `cargo test
 /// --workspace` builds beside the test binaries.
 pub fn device_binary() -> PathBuf {
-    imgbuild::stages::rootfs::find_device_tool()
+    imgbuild::stages::rootfs::find_device_tool(rtcheck::Arch::host())
         .unwrap_or_else(|e| panic!("{e:#} (or run `cargo build -p emberrtos-device` first)"))
 }
 

@@ -8,6 +8,7 @@ use crate::common;
 use std::path::{Path, PathBuf};
 
 use common::{synthetic_rootfs_tarball, tar_entry};
+use imgbuild::stages::rootfs::boot_initramfs::Busybox;
 use imgbuild::stages::rootfs::{BuildInfo, ComposeInputs, KernelFiles, compose};
 use imgbuild::ui::Ui;
 
@@ -129,7 +130,8 @@ fn compose_on_a_hostile_base_never_touches_the_host() {
             overlays: std::slice::from_ref(&overlay),
             kargs: &["quiet".to_string()],
             info: &info,
-            busybox: Path::new("/bin/busybox"),
+            arch: rtcheck::Arch::host(),
+            busybox: &Busybox::Host("/bin/busybox".into()),
             device_tool: &common::device_binary(),
             // Any ELF stands in for jitter: the hostile base is the point here.
             jitter: &common::device_binary(),

@@ -62,6 +62,7 @@ fn commit_with_sbom(repo: &Path, tree: &Path, kargs: &[String]) -> String {
         name: "emberrtos",
         version: "2026.12.1",
         flavor: "rt",
+        arch: rtcheck::Arch::X86_64,
         kernel_release: RELEASE,
         kernel_source_sha256: &"ab".repeat(32),
         kernel_source_origin: "Debian package linux-source-6.12",
@@ -210,6 +211,7 @@ fn diff_names_packages_symbols_kargs_and_files() {
             .contains(&serde_json::json!(format!("usr/lib/modules/{RELEASE}/config")))
     );
     assert_eq!(d["from"]["checksum"], c.v1.as_str());
+    assert_eq!(d["from"]["arch"], "x86_64", "the commits are x86_64's");
     assert_eq!(d["to"]["rt-evidence"]["artifact.header"], "pass");
     assert_eq!(d["download"]["by"], "new-objects");
     let new = d["download"]["bytes"].as_u64().unwrap();

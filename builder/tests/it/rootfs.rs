@@ -9,6 +9,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use common::{debian_kernel_files, repo_root, synthetic_rootfs_tarball};
+use imgbuild::stages::rootfs::boot_initramfs::Busybox;
 use imgbuild::stages::rootfs::{BuildInfo, ComposeInputs, compose};
 use imgbuild::ui::Ui;
 
@@ -56,7 +57,8 @@ fn compose_in(
             overlays: &overlays,
             kargs: &kargs,
             info: &info,
-            busybox: Path::new("/bin/busybox"),
+            arch: rtcheck::Arch::host(),
+            busybox: &Busybox::Host("/bin/busybox".into()),
             device_tool: &common::device_binary(),
             jitter: &common::jitter_binary(),
             kernel_epoch: 1_764_460_800,

@@ -47,6 +47,8 @@ fn device_tree(root: &ostree::gio::File) -> Result<BTreeMap<String, TreeEntry>> 
 #[serde(rename_all = "kebab-case")]
 pub struct Side {
     pub checksum: String,
+    /// The machine the commit is for (`imgbuild.arch`).
+    pub arch: rtcheck::Arch,
     pub version: Option<String>,
     pub kernel_release: Option<String>,
     /// Each RT check's status (`pass`, `fail`, `skip`), boot evidence included.
@@ -123,6 +125,7 @@ fn read_facts(repo: &ostree::Repo, rev: &str) -> Result<Facts> {
     Ok(Facts {
         kargs: commit::kargs_of(&info)?,
         side: Side {
+            arch: commit::arch_of(&info)?,
             checksum,
             version: text(commit::key::VERSION),
             kernel_release: release,
@@ -165,8 +168,9 @@ fn render_side(out: &mut String, label: &str, side: &Side) {
     let passed = side.rt_evidence.values().filter(|s| s.as_str() == "pass").count();
     let _ = writeln!(
         out,
-        "{label:<5} {} version {} kernel {}; RT evidence: {passed} of {} checks pass{}",
+        "{label:<5} {} {} version {} kernel {}; RT evidence: {passed} of {} checks pass{}",
         side.checksum,
+        side.arch,
         side.version.as_deref().unwrap_or("?"),
         side.kernel_release.as_deref().unwrap_or("?"),
         side.rt_evidence.len(),

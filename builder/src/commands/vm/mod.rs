@@ -4,7 +4,6 @@
 //! medium plugged in as a read-only USB stick. QEMU is killed on every path:
 //! timeout, SIGINT/SIGTERM, an error, and imgbuild itself dying.
 
-use std::io::Read;
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -356,21 +355,14 @@ pub fn inspect_image(image: &Path, role: Role) -> Result<(PathBuf, DiskFormat)> 
     }
     let format = parse_image_info(&String::from_utf8_lossy(&output.stdout), role)
         .map_err(|reason| role.refuse(image, reason))?;
-    if format == DiskFormat::Raw && !looks_like_disk(&read_head(&path)?) {
+    if format == DiskFormat::Raw && !looks_like_disk(&crate::io::read_head(&path, ISO9660_MAGIC_OFFSET + 5)?)
+    {
         return Err(role.refuse(
             image,
             "it is not a disk image (no partition table, boot sector or ISO 9660 volume)",
         ));
     }
     Ok((path, format))
-}
-
-fn read_head(path: &Path) -> Result<Vec<u8>> {
-    let mut head = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(ISO9660_MAGIC_OFFSET as u64 + 5).read_to_end(&mut head))
-        .with_context(|| format!("reading {}", path.display()))?;
-    Ok(head)
 }
 
 /// Makes `overlay`, a qcow2 whose backing file is `disk` of `format` (named

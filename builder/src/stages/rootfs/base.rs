@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
+use rtcheck::Arch;
+
 use crate::cache::{Cache, remote};
 use crate::io::hashing::sha256_hex;
 use crate::recipe::{RootfsBase, syntax};
@@ -60,74 +62,119 @@ pub fn debian_sources(suite: &str, mirror: Option<&str>, packages: &[String]) ->
 /// own date is its commit's timestamp.
 pub const BASE_EPOCH: u64 = 1_764_460_800;
 
-/// The mmdebstrap inputs as a stable key.
-pub fn debian_key(suite: &str, variant: &str, packages: &[String], mirror: Option<&str>) -> String {
-    let mut packages = packages.to_vec();
-    packages.sort();
-    packages.dedup();
-    sha256_hex(format!(
-        "suite={suite}\nvariant={variant}\npackages={}\nsources={}\nepoch={BASE_EPOCH}\n",
-        packages.join(","),
-        debian_sources(suite, mirror, &packages).join("|")
-    ))
+/// What mmdebstrap is asked for: a recipe's Debian base, for one machine.
+#[derive(Clone, Copy, Debug)]
+pub struct DebianBase<'a> {
+    pub suite: &'a str,
+    pub variant: &'a str,
+    pub packages: &'a [String],
+    pub mirror: Option<&'a str>,
+    pub arch: Arch,
 }
 
+impl<'a> DebianBase<'a> {
+    /// The recipe's base when it is a Debian one, for `arch`.
+    pub fn of(base: &'a RootfsBase, arch: Arch) -> Option<Self> {
+        match base {
+            RootfsBase::Debian {
+                suite,
+                variant,
+                packages,
+                mirror,
+            } => Some(DebianBase {
+                suite,
+                variant,
+                packages,
+                mirror: mirror.as_deref(),
+                arch,
+            }),
+            RootfsBase::Tarball(_) => None,
+        }
+    }
+
+    /// The inputs as a stable key. x86_64's leaves the machine out, as
+    /// every key did before there was another.
+    pub fn key(&self) -> String {
+        let mut packages = self.packages.to_vec();
+        packages.sort();
+        packages.dedup();
+        let machine = match self.arch {
+            Arch::X86_64 => String::new(),
+            arch => format!("arch={}\n", arch.debian()),
+        };
+        sha256_hex(format!(
+            "suite={}\nvariant={}\npackages={}\nsources={}\nepoch={BASE_EPOCH}\n{machine}",
+            self.suite,
+            self.variant,
+            packages.join(","),
+            debian_sources(self.suite, self.mirror, &packages).join("|")
+        ))
+    }
+
+    fn origin(&self) -> String {
+        format!(
+            "mmdebstrap {} {} ({}, {} packages)",
+            self.suite,
+            self.arch.debian(),
+            self.variant,
+            self.packages.len()
+        )
+    }
+}
+
+/// The base tarball of `base` for `arch`: from the cache, the cache remote,
+/// or made now.
 pub fn obtain(
     base: &RootfsBase,
+    arch: Arch,
     cache: &Cache,
     fetch_options: &FetchOptions,
     ui: &Ui,
 ) -> Result<BaseTarball> {
-    match base {
-        RootfsBase::Tarball(source) => {
-            let fetched = fetch::fetch(source, cache, fetch_options, ui)?;
-            Ok(BaseTarball {
-                path: fetched.path,
-                key: fetched.sha256,
-                origin: fetched.origin,
-                cached: fetched.cached,
-            })
-        }
-        RootfsBase::Debian {
-            suite,
-            variant,
-            packages,
-            mirror,
-        } => {
-            let key = debian_key(suite, variant, packages, mirror.as_deref());
-            let path = cache.area("rootfs-base")?.join(format!("{key}.tar"));
-            let origin = format!("mmdebstrap {suite} ({variant}, {} packages)", packages.len());
-            if path.is_file() {
-                ui.note(format!("cached: {origin} ({})", path.display()));
-                return Ok(BaseTarball {
-                    path,
-                    key,
-                    origin,
-                    cached: true,
-                });
-            }
-            let from_remote = remote::take(cache, remote::ROOTFS_BASE, &key, ui, |archive| {
-                place_downloaded(cache, archive, &path)
-            });
-            if from_remote.is_some() {
-                ui.note(format!("{origin}: from the cache remote (sha256 verified)"));
-                return Ok(BaseTarball {
-                    path,
-                    key,
-                    origin: format!("{origin}, from the cache remote"),
-                    cached: true,
-                });
-            }
-            mmdebstrap(suite, variant, packages, mirror.as_deref(), &path, cache, ui)?;
-            remote::forget_insecure(cache, remote::ROOTFS_BASE, &key);
-            Ok(BaseTarball {
-                path,
-                key,
-                origin,
-                cached: false,
-            })
-        }
+    let Some(debian) = DebianBase::of(base, arch) else {
+        let RootfsBase::Tarball(source) = base else {
+            unreachable!("a base is Debian's or a tarball")
+        };
+        let fetched = fetch::fetch(source, cache, fetch_options, ui)?;
+        return Ok(BaseTarball {
+            path: fetched.path,
+            key: fetched.sha256,
+            origin: fetched.origin,
+            cached: fetched.cached,
+        });
+    };
+    let key = debian.key();
+    let path = cache.area("rootfs-base")?.join(format!("{key}.tar"));
+    let origin = debian.origin();
+    if path.is_file() {
+        ui.note(format!("cached: {origin} ({})", path.display()));
+        return Ok(BaseTarball {
+            path,
+            key,
+            origin,
+            cached: true,
+        });
     }
+    let from_remote = remote::take(cache, remote::ROOTFS_BASE, &key, ui, |archive| {
+        place_downloaded(cache, archive, &path)
+    });
+    if from_remote.is_some() {
+        ui.note(format!("{origin}: from the cache remote (sha256 verified)"));
+        return Ok(BaseTarball {
+            path,
+            key,
+            origin: format!("{origin}, from the cache remote"),
+            cached: true,
+        });
+    }
+    mmdebstrap(&debian, &path, cache, ui)?;
+    remote::forget_insecure(cache, remote::ROOTFS_BASE, &key);
+    Ok(BaseTarball {
+        path,
+        key,
+        origin,
+        cached: false,
+    })
 }
 
 /// Links a verified download to `dest` (same filesystem: the cache) through
@@ -163,16 +210,10 @@ pub fn check_debian_inputs(suite: &str, packages: &[String], mirror: Option<&str
 
 /// mmdebstrap's arguments: options, then `--`, then the positional suite,
 /// target and sources, so none of them can be read as an option.
-fn mmdebstrap_args(
-    suite: &str,
-    variant: &str,
-    packages: &[String],
-    mirror: Option<&str>,
-    target: &Path,
-    apt_cache: &Path,
-) -> Vec<OsString> {
+fn mmdebstrap_args(debian: &DebianBase, target: &Path, apt_cache: &Path) -> Vec<OsString> {
     let mut args: Vec<OsString> = vec![
-        format!("--variant={variant}").into(),
+        format!("--variant={}", debian.variant).into(),
+        format!("--architectures={}", debian.arch.debian()).into(),
         "--mode=root".into(),
         "--format=tar".into(),
         // Keep downloaded .debs in the imgbuild cache between runs.
@@ -189,42 +230,36 @@ fn mmdebstrap_args(
         )
         .into(),
     ];
-    if !packages.is_empty() {
-        args.push(format!("--include={}", packages.join(",")).into());
+    if !debian.packages.is_empty() {
+        args.push(format!("--include={}", debian.packages.join(",")).into());
     }
     args.push("--".into());
-    args.push(suite.into());
+    args.push(debian.suite.into());
     args.push(target.into());
     args.extend(
-        debian_sources(suite, mirror, packages)
+        debian_sources(debian.suite, debian.mirror, debian.packages)
             .into_iter()
             .map(OsString::from),
     );
     args
 }
 
-fn mmdebstrap(
-    suite: &str,
-    variant: &str,
-    packages: &[String],
-    mirror: Option<&str>,
-    dest: &Path,
-    cache: &Cache,
-    ui: &Ui,
-) -> Result<()> {
-    check_debian_inputs(suite, packages, mirror)?;
+/// Where a suite's downloaded packages are kept: one area per machine, so a
+/// build syncs in only packages it can install.
+fn apt_cache_area(debian: &DebianBase) -> String {
+    match debian.arch {
+        Arch::X86_64 => format!("apt-archives/{}", debian.suite),
+        arch => format!("apt-archives/{}-{}", debian.suite, arch.debian()),
+    }
+}
+
+fn mmdebstrap(debian: &DebianBase, dest: &Path, cache: &Cache, ui: &Ui) -> Result<()> {
+    check_debian_inputs(debian.suite, debian.packages, debian.mirror)?;
     let mut cmd = tool::command("mmdebstrap")?;
-    let apt_cache = cache.area(&format!("apt-archives/{suite}"))?;
+    let apt_cache = cache.area(&apt_cache_area(debian))?;
     let temp = cache.temp_file()?;
-    cmd.args(mmdebstrap_args(
-        suite,
-        variant,
-        packages,
-        mirror,
-        temp.path(),
-        &apt_cache,
-    ))
-    .env("SOURCE_DATE_EPOCH", BASE_EPOCH.to_string());
+    cmd.args(mmdebstrap_args(debian, temp.path(), &apt_cache))
+        .env("SOURCE_DATE_EPOCH", BASE_EPOCH.to_string());
     let log = cache
         .root()
         .join("tmp")
@@ -248,6 +283,26 @@ fn mmdebstrap(
 mod tests {
     use super::*;
 
+    fn debian_key(suite: &str, variant: &str, packages: &[String], mirror: Option<&str>) -> String {
+        debian(suite, variant, packages, mirror, Arch::X86_64).key()
+    }
+
+    fn debian<'a>(
+        suite: &'a str,
+        variant: &'a str,
+        packages: &'a [String],
+        mirror: Option<&'a str>,
+        arch: Arch,
+    ) -> DebianBase<'a> {
+        DebianBase {
+            suite,
+            variant,
+            packages,
+            mirror,
+            arch,
+        }
+    }
+
     #[test]
     fn key_ignores_package_order_and_duplicates() {
         let a = debian_key("bookworm", "minbase", &["b".into(), "a".into()], None);
@@ -269,22 +324,34 @@ mod tests {
         assert_ne!(a, debian_key("bookworm", "minbase", &backports, None));
     }
 
+    /// x86_64 keeps the keys it had before recipes named a machine, so
+    /// caches and cache remotes stay valid; arm64's differ.
+    #[test]
+    fn the_machine_is_in_the_key_of_other_machines_only() {
+        let packages = ["a".to_string()];
+        let sources = debian_sources("bookworm", None, &packages).join("|");
+        let before = sha256_hex(format!(
+            "suite=bookworm\nvariant=minbase\npackages=a\nsources={sources}\nepoch={BASE_EPOCH}\n"
+        ));
+        assert_eq!(debian_key("bookworm", "minbase", &packages, None), before);
+        let arm64 = debian("bookworm", "minbase", &packages, None, Arch::Arm64);
+        assert_ne!(arm64.key(), before);
+        assert_eq!(apt_cache_area(&arm64), "apt-archives/bookworm-arm64");
+        let x86 = debian("bookworm", "minbase", &packages, None, Arch::X86_64);
+        assert_eq!(apt_cache_area(&x86), "apt-archives/bookworm");
+    }
+
     #[test]
     fn positional_arguments_follow_a_double_dash() {
         let packages = vec!["busybox".to_string(), "rt-tests".to_string()];
-        let args = mmdebstrap_args(
-            "bookworm",
-            "essential",
-            &packages,
-            None,
-            Path::new("/t/base.tar"),
-            Path::new("/c/apt"),
-        );
+        let base = debian("bookworm", "essential", &packages, None, Arch::Arm64);
+        let args = mmdebstrap_args(&base, Path::new("/t/base.tar"), Path::new("/c/apt"));
         let args: Vec<&str> = args.iter().map(|a| a.to_str().unwrap()).collect();
         let dash = args.iter().position(|a| *a == "--").expect("a `--`");
         assert_eq!(&args[dash + 1..dash + 3], ["bookworm", "/t/base.tar"]);
         assert!(args[dash + 3].starts_with("deb http://deb.debian.org/debian bookworm"));
         assert!(args[..dash].contains(&"--include=busybox,rt-tests"));
+        assert!(args[..dash].contains(&"--architectures=arm64"));
         assert!(args[..dash].iter().all(|a| a.starts_with("--")));
     }
 

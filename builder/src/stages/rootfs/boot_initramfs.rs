@@ -6,7 +6,7 @@
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use anyhow::{Context, Result, bail};
@@ -18,9 +18,31 @@ use emberrtos_contract::io::root::ImageRoot;
 pub const PREPARE_ROOT: &str = "usr/lib/ostree/ostree-prepare-root";
 const OSTREE_INIT: &str = include_str!("ostree-init.sh");
 
-/// Builds the boot initramfs from the image tree `root` and the host's
-/// static `busybox` (a trusted build input).
-pub fn boot_initramfs(root: &ImageRoot, busybox: &Path) -> Result<Archive> {
+/// Where the boot initramfs's busybox comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Busybox {
+    /// The host's static busybox (a trusted build input), for an image of
+    /// the host's machine ([`super::static_busybox`]).
+    Host(PathBuf),
+    /// The image's own `/usr/bin/busybox` with its libraries, for an image
+    /// of another machine (the recipe installs `busybox-static`).
+    Image,
+}
+
+impl Busybox {
+    /// What the rootfs stage's key records of it.
+    pub fn key(&self) -> Result<String> {
+        match self {
+            Busybox::Host(path) => crate::io::hashing::sha256_file(path, None),
+            Busybox::Image => Ok("the image's".into()),
+        }
+    }
+}
+
+const BUSYBOX: &str = "usr/bin/busybox";
+
+/// Builds the boot initramfs from the image tree `root` and `busybox`.
+pub fn boot_initramfs(root: &ImageRoot, busybox: &Busybox) -> Result<Archive> {
     if !root.is_file(Path::new(PREPARE_ROOT)) {
         bail!(
             "the rootfs has no /{PREPARE_ROOT}; add the Debian package `ostree-boot` to rootfs.base.packages"
@@ -36,7 +58,18 @@ pub fn boot_initramfs(root: &ImageRoot, busybox: &Path) -> Result<Archive> {
     // come from the tree, as the program's loader and libraries need them.
     archive.symlink("bin", "usr/bin")?;
     archive.symlink("sbin", "usr/sbin")?;
-    archive.file("usr/bin/busybox", 0o755, Data::Path(busybox.to_path_buf()))?;
+    match busybox {
+        Busybox::Host(path) => archive.file(BUSYBOX, 0o755, Data::Path(path.clone()))?,
+        Busybox::Image => {
+            if !root.is_file(Path::new(BUSYBOX)) {
+                bail!(
+                    "the rootfs has no /{BUSYBOX} for the boot initramfs of another machine than the host's; add the Debian package `busybox-static` to rootfs.base.packages"
+                );
+            }
+            initramfs::add_program_with_libraries(&mut archive, root, BUSYBOX)
+                .with_context(|| format!("adding /{BUSYBOX} from {}", root.path().display()))?;
+        }
+    }
     archive.file("init", 0o755, Data::Bytes(OSTREE_INIT.as_bytes().to_vec()))?;
     initramfs::add_program_with_libraries(&mut archive, root, PREPARE_ROOT)
         .with_context(|| format!("adding /{PREPARE_ROOT} from {}", root.path().display()))?;

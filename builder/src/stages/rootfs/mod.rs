@@ -6,7 +6,9 @@
 
 pub mod base;
 pub mod base_commit;
+pub mod binfmt;
 pub mod boot_initramfs;
+pub mod companions;
 pub mod layout;
 pub mod overlay;
 pub mod secrets;
@@ -20,8 +22,10 @@ use crate::io::extract::{ExtractOptions, extract_tarball};
 use crate::io::initramfs;
 use crate::tool;
 use crate::ui::Ui;
+use boot_initramfs::Busybox;
 use emberrtos_contract::io::root::ImageRoot;
 use emberrtos_contract::paths;
+use rtcheck::Arch;
 
 /// Where the recipe's kernel arguments are written in the tree.
 pub const KARGS_FILE: &str = "usr/lib/imgbuild/kargs";
@@ -54,8 +58,10 @@ pub struct ComposeInputs<'a> {
     pub overlays: &'a [PathBuf],
     pub kargs: &'a [String],
     pub info: &'a BuildInfo,
-    /// A statically linked busybox for the boot initramfs.
-    pub busybox: &'a Path,
+    /// The machine the image is for.
+    pub arch: Arch,
+    /// The boot initramfs's busybox ([`initramfs_busybox`]).
+    pub busybox: &'a Busybox,
     /// The `emberrtos-device` binary ([`find_device_tool`]).
     pub device_tool: &'a Path,
     /// The `jitter` binary ([`find_jitter`]).
@@ -95,6 +101,16 @@ pub fn static_busybox() -> Result<PathBuf> {
         );
     }
     Ok(path)
+}
+
+/// The boot initramfs's busybox for an image of `arch`: the host's static
+/// one for the host's machine, else the image's own.
+pub fn initramfs_busybox(arch: Arch) -> Result<Busybox> {
+    if arch == Arch::host() {
+        Ok(Busybox::Host(static_busybox()?))
+    } else {
+        Ok(Busybox::Image)
+    }
 }
 
 fn install_kernel(root: &ImageRoot, kernel: &KernelFiles) -> Result<PathBuf> {
@@ -143,25 +159,25 @@ fn cpio_mtime(epoch: u64) -> u32 {
 
 /// The `emberrtos-device` binary to ship in the OS: `$IMGBUILD_DEVICE_TOOL`,
 /// else the one built beside this imgbuild.
-pub fn find_device_tool() -> Result<PathBuf> {
-    tool::find_companion("emberrtos-device", "IMGBUILD_DEVICE_TOOL")
+pub fn find_device_tool(arch: Arch) -> Result<PathBuf> {
+    companions::find("emberrtos-device", "IMGBUILD_DEVICE_TOOL", arch)
 }
 
 /// The `jitter` binary to ship in the OS (the latency check of trial boots)
 /// and in the live image: `$IMGBUILD_JITTER`, else the one built beside this
 /// imgbuild (`cargo build --release --workspace`).
-pub fn find_jitter() -> Result<PathBuf> {
-    tool::find_companion("jitter", "IMGBUILD_JITTER")
+pub fn find_jitter(arch: Arch) -> Result<PathBuf> {
+    companions::find("jitter", "IMGBUILD_JITTER", arch)
 }
 
 /// Installs `binary` at `dest` (mode 0755) without its debug info: that of a
 /// release build (line tables, most of `emberrtos-device`'s 60+ MiB) stays on
 /// the build host, the image gets the binary with its symbols only.
-fn install_stripped(root: &ImageRoot, binary: &Path, dest: &Path) -> Result<()> {
+fn install_stripped(root: &ImageRoot, binary: &Path, dest: &Path, arch: Arch) -> Result<()> {
     let name = dest.file_name().unwrap_or(dest.as_os_str()).to_string_lossy();
     let stripped = tempfile::NamedTempFile::new()?;
     tool::run(
-        tool::command("strip")?
+        tool::command(&tool::binutils_for("strip", arch))?
             .arg("--strip-debug")
             .arg("-o")
             .arg(stripped.path())
@@ -174,8 +190,8 @@ fn install_stripped(root: &ImageRoot, binary: &Path, dest: &Path) -> Result<()> 
 
 /// Installs `emberrtos-device` (stripped, about 4 MiB) and its
 /// `emberrtos-update` and `emberrtos-rt-run` names.
-fn install_device_tool(root: &ImageRoot, binary: &Path) -> Result<()> {
-    install_stripped(root, binary, Path::new(paths::INSTALL_PATH))?;
+fn install_device_tool(root: &ImageRoot, binary: &Path, arch: Arch) -> Result<()> {
+    install_stripped(root, binary, Path::new(paths::INSTALL_PATH), arch)?;
     let target = Path::new("/").join(paths::INSTALL_PATH);
     for link in [paths::UPDATE_LINK, paths::RT_RUN_LINK] {
         root.symlink(Path::new(link), &target)?;
@@ -242,8 +258,13 @@ pub fn compose(inputs: &ComposeInputs, stage_dir: &Path, ui: &Ui) -> Result<Root
             applied.symlinks
         ));
     }
-    install_device_tool(&root, inputs.device_tool)?;
-    install_stripped(&root, inputs.jitter, Path::new(paths::JITTER_INSTALL_PATH))?;
+    install_device_tool(&root, inputs.device_tool, inputs.arch)?;
+    install_stripped(
+        &root,
+        inputs.jitter,
+        Path::new(paths::JITTER_INSTALL_PATH),
+        inputs.arch,
+    )?;
     write_build_facts(&root, inputs)?;
     let layout = layout::convert(&root).context("converting to the ostree layout")?;
     secrets::refuse_private_keys(&root)?;
@@ -283,8 +304,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let root = ImageRoot::open(dir.path()).unwrap();
         let binary = std::env::current_exe().unwrap();
-        install_device_tool(&root, &binary).unwrap();
-        install_stripped(&root, &binary, Path::new(paths::JITTER_INSTALL_PATH)).unwrap();
+        install_device_tool(&root, &binary, Arch::host()).unwrap();
+        install_stripped(
+            &root,
+            &binary,
+            Path::new(paths::JITTER_INSTALL_PATH),
+            Arch::host(),
+        )
+        .unwrap();
         let built = std::fs::metadata(&binary).unwrap().len();
         for path in [paths::INSTALL_PATH, paths::JITTER_INSTALL_PATH] {
             let meta = std::fs::metadata(dir.path().join(path)).unwrap();
