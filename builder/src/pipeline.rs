@@ -24,7 +24,7 @@ use crate::stages::kernel::build::{KernelOutput, build, kernel_key};
 use crate::stages::kernel::compiler::CompilerOptions;
 use crate::stages::kernel::config::{KconfigOutput, configure, read_fragments};
 use crate::stages::kernel::{self, KernelDate, MakeEnv, SourceTree};
-use crate::stages::rootfs::base::DebianBase;
+use crate::stages::rootfs::base::{BaseFor, DebianBase};
 use crate::stages::rootfs::{self, BuildInfo, ComposeInputs, KernelFiles, RootfsOutput};
 use crate::stages::tag::{self, TagOutput, TagRequest};
 use crate::stages::verify;
@@ -519,15 +519,9 @@ fn stage_rootfs(
     kernel_epoch: u64,
 ) -> Result<RootfsOutput> {
     let recipe = &ctx.recipe;
-    let base_key = match (
-        &recipe.rootfs.base,
-        DebianBase::of(&recipe.rootfs.base, recipe.arch),
-    ) {
-        (_, Some(debian)) => debian.key(),
-        (RootfsBase::Tarball(source), None) => {
-            fetch::fetch(source, &ctx.cache, &ctx.fetch_options, &ctx.ui)?.sha256
-        }
-        (RootfsBase::Debian { .. }, None) => unreachable!("a Debian base is read as one"),
+    let base_key = match BaseFor::of(&recipe.rootfs.base, recipe.arch) {
+        BaseFor::Debian(debian) => debian.key(),
+        BaseFor::Tarball(source) => fetch::fetch(source, &ctx.cache, &ctx.fetch_options, &ctx.ui)?.sha256,
     };
     let busybox = rootfs::initramfs_busybox(recipe.arch)?;
     let device_tool = rootfs::find_device_tool(recipe.arch)?;
@@ -718,7 +712,7 @@ fn stage_commit(
 /// entries nothing authenticated: the kernel, and a Debian rootfs base.
 fn insecure_artifacts(ctx: &Context, kernel: &KernelOutput) -> Vec<String> {
     let mut artifacts = vec![(remote::KERNELS, kernel.key.clone())];
-    if let Some(debian) = DebianBase::of(&ctx.recipe.rootfs.base, ctx.recipe.arch) {
+    if let BaseFor::Debian(debian) = BaseFor::of(&ctx.recipe.rootfs.base, ctx.recipe.arch) {
         artifacts.push((remote::ROOTFS_BASE, debian.key()));
     }
     insecure_of(ctx, artifacts)

@@ -11,7 +11,7 @@ use rtcheck::Arch;
 
 use crate::cache::{Cache, remote};
 use crate::io::hashing::sha256_hex;
-use crate::recipe::{RootfsBase, syntax};
+use crate::recipe::{RootfsBase, Source, syntax};
 use crate::stages::fetch::{self, FetchOptions};
 use crate::tool;
 use crate::ui::Ui;
@@ -72,26 +72,34 @@ pub struct DebianBase<'a> {
     pub arch: Arch,
 }
 
-impl<'a> DebianBase<'a> {
-    /// The recipe's base when it is a Debian one, for `arch`.
-    pub fn of(base: &'a RootfsBase, arch: Arch) -> Option<Self> {
+/// A recipe's base for one machine: what mmdebstrap makes, or a tarball.
+#[derive(Clone, Copy, Debug)]
+pub enum BaseFor<'a> {
+    Debian(DebianBase<'a>),
+    Tarball(&'a Source),
+}
+
+impl<'a> BaseFor<'a> {
+    pub fn of(base: &'a RootfsBase, arch: Arch) -> Self {
         match base {
             RootfsBase::Debian {
                 suite,
                 variant,
                 packages,
                 mirror,
-            } => Some(DebianBase {
+            } => BaseFor::Debian(DebianBase {
                 suite,
                 variant,
                 packages,
                 mirror: mirror.as_deref(),
                 arch,
             }),
-            RootfsBase::Tarball(_) => None,
+            RootfsBase::Tarball(source) => BaseFor::Tarball(source),
         }
     }
+}
 
+impl DebianBase<'_> {
     /// The inputs as a stable key. x86_64's leaves the machine out, as
     /// every key did before there was another.
     pub fn key(&self) -> String {
@@ -131,17 +139,9 @@ pub fn obtain(
     fetch_options: &FetchOptions,
     ui: &Ui,
 ) -> Result<BaseTarball> {
-    let Some(debian) = DebianBase::of(base, arch) else {
-        let RootfsBase::Tarball(source) = base else {
-            unreachable!("a base is Debian's or a tarball")
-        };
-        let fetched = fetch::fetch(source, cache, fetch_options, ui)?;
-        return Ok(BaseTarball {
-            path: fetched.path,
-            key: fetched.sha256,
-            origin: fetched.origin,
-            cached: fetched.cached,
-        });
+    let debian = match BaseFor::of(base, arch) {
+        BaseFor::Debian(debian) => debian,
+        BaseFor::Tarball(source) => return fetched_tarball(source, cache, fetch_options, ui),
     };
     let key = debian.key();
     let path = cache.area("rootfs-base")?.join(format!("{key}.tar"));
@@ -174,6 +174,21 @@ pub fn obtain(
         key,
         origin,
         cached: false,
+    })
+}
+
+fn fetched_tarball(
+    source: &Source,
+    cache: &Cache,
+    fetch_options: &FetchOptions,
+    ui: &Ui,
+) -> Result<BaseTarball> {
+    let fetched = fetch::fetch(source, cache, fetch_options, ui)?;
+    Ok(BaseTarball {
+        path: fetched.path,
+        key: fetched.sha256,
+        origin: fetched.origin,
+        cached: fetched.cached,
     })
 }
 
