@@ -197,9 +197,14 @@ pub struct BootArgs {
     /// Run jitter for this many seconds and print its report.
     #[arg(long)]
     jitter: Option<u64>,
-    /// Boot through UEFI firmware (OVMF) instead of BIOS.
+    /// Boot through UEFI firmware (OVMF) instead of BIOS; arm64 always
+    /// boots through UEFI (AAVMF).
     #[arg(long)]
     uefi: bool,
+    /// The machine the ISO is for: x86_64 boots in qemu-system-x86_64,
+    /// arm64 in qemu-system-aarch64's `virt` board.
+    #[arg(long, default_value = "x86_64")]
+    arch: rtcheck::Arch,
 }
 
 #[derive(Args, Debug)]
@@ -374,9 +379,14 @@ pub struct VmArgs {
     /// A configuration medium image, plugged in as a read-only USB stick.
     #[arg(long, value_name = "IMG")]
     config_medium: Option<PathBuf>,
-    /// Boot through UEFI firmware (OVMF) instead of BIOS.
+    /// Boot through UEFI firmware (OVMF) instead of BIOS; arm64 always
+    /// boots through UEFI (AAVMF).
     #[arg(long)]
     uefi: bool,
+    /// The machine the disk is for: x86_64 boots in qemu-system-x86_64's
+    /// q35, arm64 in qemu-system-aarch64's `virt` board.
+    #[arg(long, default_value = "x86_64")]
+    arch: rtcheck::Arch,
     /// Boot OVMF's Secure Boot build with these variables (keys enrolled,
     /// e.g. by virt-fw-vars; copied, never modified). Implies --uefi.
     #[arg(long, value_name = "VARS")]
@@ -553,9 +563,9 @@ pub fn run(cli: Cli) -> Result<u8> {
 
 fn run_recipe(args: RecipeArgs, ui: Ui, json: bool) -> Result<u8> {
     let recipe = Recipe::load(&args.file)?;
-    pipeline::check_reach(&recipe, args.until)?;
     recipe.check_work_dir(&std::path::absolute(&args.work_dir)?)?;
     let signing = args.secure_boot.load(recipe.secure_boot.as_ref())?;
+    pipeline::check_reach(&recipe, args.until, signing.as_ref())?;
     let cache_root = args.cache_dir.unwrap_or_else(Cache::default_root);
     let flags = remote::RemoteFlags {
         url: args.cache_remote,
@@ -650,7 +660,8 @@ fn run_boot(args: BootArgs, ui: &Ui, json: bool) -> Result<u8> {
         .prefix("imgbuild-boot-")
         .tempdir()?
         .keep();
-    let out = boot::boot(&args.iso, &sha, &options, &log_dir.join("console.log"), ui)?;
+    let board = crate::io::qemu::board(args.arch);
+    let out = boot::boot(&args.iso, &sha, board, &options, &log_dir.join("console.log"), ui)?;
     if json {
         print_json(&serde_json::to_value(&out)?)?;
     } else {
@@ -875,6 +886,7 @@ fn run_vm(args: VmArgs, ui: &Ui, json: bool) -> Result<u8> {
         overlay: args.overlay,
         dmi,
         secure_boot_vars: args.secure_boot,
+        arch: args.arch,
     };
     let report = vm::run(&args.disk, &options, ui)?;
     if json {

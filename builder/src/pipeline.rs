@@ -117,14 +117,15 @@ pub struct SignedImage {
 }
 
 /// Refuses a run this imgbuild cannot finish for the recipe's machine,
-/// before anything runs: an arm64 recipe goes as far as its commit, and
-/// its root filesystem needs a host that runs arm64 programs
+/// before anything runs: Secure Boot signs x86_64 images only, and a
+/// foreign machine's root filesystem needs a host that runs its programs
 /// ([`rootfs::binfmt`]).
-pub fn check_reach(recipe: &Recipe, until: Stage) -> Result<()> {
-    if recipe.arch != rtcheck::Arch::X86_64 && until > Stage::Commit {
+pub fn check_reach(recipe: &Recipe, until: Stage, signing: Option<&SigningKey>) -> Result<()> {
+    if recipe.arch != rtcheck::Arch::X86_64 && signing.is_some() {
         bail!(
-            "{}: arch: {}: this imgbuild builds arm64 kernels, root filesystems and commits, but no arm64 live image or disk yet: run it with `--until commit`",
+            "{}: arch: {}: Secure Boot signing covers x86_64 images (shim and GRUB for x86_64 UEFI): build {} without a Secure Boot key",
             recipe.file.display(),
+            recipe.arch,
             recipe.arch
         );
     }
@@ -139,7 +140,7 @@ pub fn check_reach(recipe: &Recipe, until: Stage) -> Result<()> {
 /// Runs the pipeline up to and including `until`, then says what the
 /// release cost ([`crate::economics`]).
 pub fn run(ctx: &Context, until: Stage, report: &mut PipelineReport) -> Result<()> {
-    check_reach(&ctx.recipe, until)?;
+    check_reach(&ctx.recipe, until, ctx.signing.as_ref())?;
     // Held until the run ends: a second run on this work dir fails at once.
     let _work_dir_lock = crate::cache::lock_work_dir(&ctx.work_dir)?;
     run_stages(ctx, until, report)?;
@@ -487,6 +488,7 @@ fn stage_boot(ctx: &Context, report: &mut PipelineReport, iso: &IsoOutput) -> Re
             let out = boot::boot(
                 &iso.iso,
                 &iso.iso_sha256,
+                crate::io::qemu::board(ctx.recipe.arch),
                 options,
                 &dir.join("console.log"),
                 &ctx.ui,

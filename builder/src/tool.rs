@@ -52,6 +52,7 @@ pub const PACKAGES: &[(&str, &str)] = &[
     ("ostree", "ostree"),
     ("perl", "perl"),
     ("qemu-system-x86_64", "qemu-system-x86"),
+    ("qemu-system-aarch64", "qemu-system-arm"),
     ("sbsign", "sbsigntool"),
     ("sbverify", "sbsigntool"),
     ("sgdisk", "gdisk"),

@@ -11,7 +11,7 @@ use rtreport::report::Report as JitterReport;
 use serde::{Deserialize, Serialize};
 
 pub use crate::io::qemu::Accel;
-use crate::io::qemu::{self, Guest};
+use crate::io::qemu::{self, Board, Guest};
 use crate::tool;
 use crate::ui::Ui;
 
@@ -164,9 +164,20 @@ pub struct BootOutput {
     pub functional_only: bool,
 }
 
-/// The QEMU command line (pure apart from naming the firmware files).
-pub fn qemu_args(iso: &Path, console_log: &Path, options: &BootOptions, vars: Option<&Path>) -> Vec<String> {
-    let mut args = qemu::accel_args(options.accel);
+/// The QEMU command line (pure). `vars`: UEFI with this copy of the
+/// firmware's variables, else the board's BIOS.
+pub fn qemu_args(
+    iso: &Path,
+    console_log: &Path,
+    board: &Board,
+    options: &BootOptions,
+    vars: Option<&Path>,
+) -> Result<Vec<String>> {
+    let mut args = board.accel_args(options.accel)?;
+    if let Some(vars) = vars {
+        args.extend(board.machine_args(false));
+        args.extend(board.pflash_args(vars));
+    }
     args.extend([
         "-m".into(),
         "1536".into(),
@@ -184,12 +195,9 @@ pub fn qemu_args(iso: &Path, console_log: &Path, options: &BootOptions, vars: Op
                 .unwrap_or_else(|_| console_log.to_path_buf())
                 .display()
         ),
-        "-cdrom".into(),
-        // Absolute: a name like `nbd:…` is never read as a protocol.
-        std::path::absolute(iso)
-            .unwrap_or_else(|_| iso.to_path_buf())
-            .display()
-            .to_string(),
+    ]);
+    args.extend(cdrom_args(iso, board));
+    args.extend([
         "-netdev".into(),
         // The guest needs DHCP only: it reaches neither the outside nor the host.
         "user,id=n0,restrict=on".into(),
@@ -201,11 +209,30 @@ pub fn qemu_args(iso: &Path, console_log: &Path, options: &BootOptions, vars: Op
         None => "imgbuild.check".to_string(),
     };
     args.extend(["-smbios".into(), format!("type=11,value=imgbuild:{extra}")]);
-    if let Some(vars) = vars {
-        args.extend(["-machine".into(), "q35".into()]);
-        args.extend(qemu::pflash_args(vars));
+    Ok(args)
+}
+
+/// The ISO as a CD: the PC's IDE drive, or a SCSI CD on virtio on boards
+/// without IDE (the firmware reads it; the kernel needs no driver for it,
+/// the live system being in its initramfs).
+fn cdrom_args(iso: &Path, board: &Board) -> Vec<String> {
+    if board.has_bios {
+        // Absolute: a name like `nbd:…` is never read as a protocol. A
+        // plain value, not an option list: commas stay as they are.
+        let iso = std::path::absolute(iso).unwrap_or_else(|_| iso.to_path_buf());
+        return vec!["-cdrom".into(), iso.display().to_string()];
     }
-    args
+    vec![
+        "-drive".into(),
+        format!(
+            "if=none,id=cd,format=raw,media=cdrom,readonly=on,file={}",
+            qemu::escape(iso)
+        ),
+        "-device".into(),
+        "virtio-scsi-pci".into(),
+        "-device".into(),
+        "scsi-cd,drive=cd".into(),
+    ]
 }
 
 fn tail(text: &str, lines: usize) -> String {
@@ -216,25 +243,24 @@ fn tail(text: &str, lines: usize) -> String {
 pub fn boot(
     iso: &Path,
     iso_sha256: &str,
+    board: &Board,
     options: &BootOptions,
     console_log: &Path,
     ui: &Ui,
 ) -> Result<BootOutput> {
-    tool::require(qemu::QEMU)?;
+    tool::require(board.qemu)?;
     let workdir = tempfile::tempdir().context("creating a temp dir for the firmware variables")?;
-    let vars = if options.uefi {
-        Some(qemu::copy_ovmf_vars(workdir.path())?)
-    } else {
-        None
-    };
+    let uefi = board.uses_uefi(options.uefi);
+    let vars = uefi.then(|| board.copy_vars(workdir.path())).transpose()?;
     let _ = std::fs::remove_file(console_log);
     std::fs::write(console_log, b"")?;
-    let args = qemu_args(iso, console_log, options, vars.as_deref());
+    let args = qemu_args(iso, console_log, board, options, vars.as_deref())?;
     let qemu_log = console_log.with_extension("qemu.log");
     let started = Instant::now();
-    let mut guest = Guest::spawn(&args, &qemu_log, &qemu_log.with_extension("stderr"))?;
+    let mut guest = Guest::spawn(board, &args, &qemu_log, &qemu_log.with_extension("stderr"))?;
     ui.note(format!(
-        "qemu-system-x86_64 {} (console: {})",
+        "{} {} (console: {})",
+        board.qemu,
         args.join(" "),
         console_log.display()
     ));
@@ -298,11 +324,7 @@ pub fn boot(
     Ok(BootOutput {
         iso_sha256: iso_sha256.to_string(),
         accel: options.accel,
-        firmware: if options.uefi {
-            "uefi".into()
-        } else {
-            "bios".into()
-        },
+        firmware: if uefi { "uefi".into() } else { "bios".into() },
         console_log: console_log.to_path_buf(),
         evidence,
         seconds_to_banner,
@@ -527,7 +549,14 @@ mod tests {
             jitter: Some(5),
             uefi: false,
         };
-        let args = qemu_args(Path::new("/x.iso"), Path::new("/c.log"), &options, None);
+        let args = qemu_args(
+            Path::new("/x.iso"),
+            Path::new("/c.log"),
+            &qemu::X86_64,
+            &options,
+            None,
+        )
+        .unwrap();
         let joined = args.join(" ");
         assert!(joined.contains("-accel tcg"));
         assert!(joined.contains("-cdrom /x.iso"));
@@ -543,14 +572,47 @@ mod tests {
         let joined = qemu_args(
             Path::new("/x.iso"),
             Path::new("/c.log"),
+            &qemu::X86_64,
             &uefi,
             Some(Path::new("/v.fd")),
         )
+        .unwrap()
         .join(" ");
         assert!(joined.contains("-machine q35"));
         assert!(joined.contains("file=/usr/share/OVMF/OVMF_CODE_4M.fd"));
         assert!(joined.contains("if=pflash,format=raw,file=/v.fd"));
         assert!(joined.contains("imgbuild:imgbuild.check"));
-        assert!(joined.contains("-accel kvm -m") || joined.contains("-cpu host"));
+        assert!(joined.contains("-cpu host"));
+    }
+
+    #[test]
+    fn an_arm64_iso_boots_on_virt_with_aavmf_from_a_scsi_cd() {
+        let options = BootOptions {
+            accel: Accel::Tcg,
+            timeout: Duration::from_secs(1),
+            jitter: None,
+            uefi: true,
+        };
+        let vars = Some(Path::new("/v.fd"));
+        let args = qemu_args(
+            Path::new("/a,b.iso"),
+            Path::new("/c.log"),
+            &qemu::ARM64,
+            &options,
+            vars,
+        );
+        let joined = args.unwrap().join(" ");
+        assert!(
+            joined.starts_with("-accel tcg -cpu cortex-a57 -machine virt,acpi=off"),
+            "{joined}"
+        );
+        assert!(joined.contains("file=/usr/share/AAVMF/AAVMF_CODE.fd"), "{joined}");
+        assert!(
+            joined.contains(
+                "media=cdrom,readonly=on,file=/a,,b.iso -device virtio-scsi-pci -device scsi-cd,drive=cd"
+            ),
+            "{joined}"
+        );
+        assert!(!joined.contains("-cdrom"), "{joined}");
     }
 }

@@ -87,29 +87,36 @@ fn fetch_twice_second_is_cached_without_network() {
 }
 
 #[test]
-fn an_arm64_recipe_runs_to_its_commit_and_no_further() {
+fn an_arm64_recipe_with_a_secure_boot_key_is_refused_before_anything_runs() {
     let dir = tempfile::tempdir().unwrap();
     let body = b"pretend this is linux-6.12.tar.xz".to_vec();
     let server = HttpServer::start("linux-6.12.tar.xz", body.clone(), vec![]);
     let file = url_recipe(dir.path(), &server.url, &sha256_hex(&body));
     let text = std::fs::read_to_string(&file).unwrap();
     std::fs::write(&file, text.replace("flavor: rt\n", "flavor: rt\narch: arm64\n")).unwrap();
-    let run = |until: &str, work: &str| {
-        imgbuild()
-            .args(["recipe"])
+    let (key, cert) = crate::secure_boot::test_key(dir.path(), "gate");
+    let run = |until: &str, work: &str, signing: &[&std::path::Path]| {
+        let mut cmd = imgbuild();
+        cmd.args(["recipe"])
             .arg(&file)
             .args(["--until", until, "--work-dir"])
             .arg(dir.path().join(work))
             .arg("--cache-dir")
-            .arg(dir.path().join("cache"))
-            .assert()
+            .arg(dir.path().join("cache"));
+        if let [key, cert] = signing {
+            cmd.arg("--secure-boot-key")
+                .arg(key)
+                .arg("--secure-boot-cert")
+                .arg(cert);
+        }
+        cmd.assert()
     };
-    run("iso", "too-far")
+    run("iso", "signed", &[&key, &cert])
         .code(1)
-        .stderr(contains("arch: arm64").and(contains("--until commit")));
-    assert!(!dir.path().join("too-far").exists());
+        .stderr(contains("arch: arm64").and(contains("Secure Boot signing covers x86_64")));
+    assert!(!dir.path().join("signed").exists());
     assert_eq!(server.requests(), 0, "refused before anything ran");
-    run("fetch", "build").code(0);
+    run("fetch", "build", &[]).code(0);
     assert_eq!(server.requests(), 1);
 }
 

@@ -43,7 +43,7 @@ macro_rules! require {
 }
 
 /// A new RSA key (mode 0600) and self-signed certificate named `name`.
-fn test_key(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+pub fn test_key(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
     let (key, cert) = (dir.join(format!("{name}.key")), dir.join(format!("{name}.crt")));
     run(Command::new("openssl")
         .args([

@@ -16,10 +16,11 @@ use std::time::{Duration, Instant};
 
 use assert_cmd::cargo::CommandCargoExt;
 use imgbuild::commands::vm::{self, DiskFormat, Dmi, QemuPlan};
-use imgbuild::io::qemu::Accel;
+use imgbuild::io::qemu::{self, Accel};
 
 fn plan() -> QemuPlan {
     QemuPlan {
+        board: &qemu::X86_64,
         accel: Accel::Tcg,
         memory_mib: 1024,
         overlay: PathBuf::from("/tmp/s/overlay.qcow2"),
@@ -44,7 +45,7 @@ fn values<'a>(args: &'a [String], flag: &str) -> Vec<&'a str> {
 
 #[test]
 fn qemu_args_boot_the_overlay_on_q35_with_the_console_in_a_file() {
-    let args = vm::qemu_args(&plan());
+    let args = vm::qemu_args(&plan()).unwrap();
     assert_eq!(values(&args, "-machine"), ["q35"]);
     assert_eq!(values(&args, "-accel"), ["tcg"]);
     assert_eq!(values(&args, "-m"), ["1024"]);
@@ -65,8 +66,29 @@ fn qemu_args_boot_the_overlay_on_q35_with_the_console_in_a_file() {
 }
 
 #[test]
+fn qemu_args_boot_an_arm64_disk_on_virt_with_aavmf() {
+    let args = vm::qemu_args(&QemuPlan {
+        board: &qemu::ARM64,
+        ovmf_vars: Some(PathBuf::from("/tmp/s/AAVMF_VARS.fd")),
+        ..plan()
+    })
+    .unwrap();
+    assert_eq!(values(&args, "-machine"), ["virt,acpi=off"]);
+    assert_eq!(values(&args, "-cpu"), ["cortex-a57"]);
+    let drives = values(&args, "-drive");
+    assert!(drives.contains(&"if=pflash,format=raw,readonly=on,file=/usr/share/AAVMF/AAVMF_CODE.fd"));
+    assert!(drives.contains(&"if=pflash,format=raw,file=/tmp/s/AAVMF_VARS.fd"));
+    let kvm = vm::qemu_args(&QemuPlan {
+        board: &qemu::ARM64,
+        accel: Accel::Kvm,
+        ..plan()
+    });
+    assert!(kvm.unwrap_err().to_string().contains("--accel tcg for arm64"));
+}
+
+#[test]
 fn qemu_args_forward_ssh_from_loopback_only() {
-    let args = vm::qemu_args(&plan());
+    let args = vm::qemu_args(&plan()).unwrap();
     assert_eq!(
         values(&args, "-netdev"),
         ["user,id=net,restrict=on,hostfwd=tcp:127.0.0.1:2222-:22"]
@@ -85,7 +107,8 @@ fn qemu_args_uefi_uses_the_matching_ovmf_pair_and_a_vars_copy() {
     let args = vm::qemu_args(&QemuPlan {
         ovmf_vars: Some(PathBuf::from("/tmp/s/OVMF_VARS_4M.fd")),
         ..plan()
-    });
+    })
+    .unwrap();
     let drives = values(&args, "-drive");
     assert!(drives.contains(&"if=pflash,format=raw,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd"));
     assert!(drives.contains(&"if=pflash,format=raw,file=/tmp/s/OVMF_VARS_4M.fd"));
@@ -100,7 +123,8 @@ fn qemu_args_plug_the_config_medium_in_as_a_read_only_usb_stick() {
     let args = vm::qemu_args(&QemuPlan {
         config_medium: Some(PathBuf::from("/media/cfg,1.img")),
         ..plan()
-    });
+    })
+    .unwrap();
     let devices = values(&args, "-device");
     assert!(devices.contains(&"qemu-xhci,id=usb"), "{devices:?}");
     assert!(devices.contains(&"usb-storage,bus=usb.0,drive=cfg,removable=on"));
@@ -116,7 +140,8 @@ fn qemu_args_escape_commas_in_paths() {
         overlay: PathBuf::from("/tmp/a,format=raw/overlay.qcow2"),
         console: PathBuf::from("/tmp/x,y.log"),
         ..plan()
-    });
+    })
+    .unwrap();
     assert!(
         values(&args, "-drive")
             .contains(&"if=none,id=disk,format=qcow2,file=/tmp/a,,format=raw/overlay.qcow2")
@@ -127,7 +152,7 @@ fn qemu_args_escape_commas_in_paths() {
 #[test]
 fn qemu_args_give_the_guest_its_dmi_identity_under_bios_and_uefi() {
     assert!(
-        values(&vm::qemu_args(&plan()), "-smbios").is_empty(),
+        values(&vm::qemu_args(&plan()).unwrap(), "-smbios").is_empty(),
         "QEMU's own by default"
     );
     let dmi = Dmi::parse([
@@ -140,7 +165,7 @@ fn qemu_args_give_the_guest_its_dmi_identity_under_bios_and_uefi() {
     .unwrap();
     let bios = QemuPlan { dmi, ..plan() };
     assert_eq!(
-        values(&vm::qemu_args(&bios), "-smbios"),
+        values(&vm::qemu_args(&bios).unwrap(), "-smbios"),
         [
             "type=0,version=2.0 (rc1)",
             "type=1,manufacturer=Acme Corp,product=Edge/1,serial=SN-0042",
@@ -150,7 +175,8 @@ fn qemu_args_give_the_guest_its_dmi_identity_under_bios_and_uefi() {
     let uefi = vm::qemu_args(&QemuPlan {
         ovmf_vars: Some(PathBuf::from("/tmp/s/OVMF_VARS_4M.fd")),
         ..bios
-    });
+    })
+    .unwrap();
     assert_eq!(
         values(&uefi, "-smbios"),
         [
@@ -436,6 +462,25 @@ fn missing_disk_fails_before_qemu_starts() {
     assert_fails_before_qemu(
         &["vm", dir.path().to_str().unwrap()],
         &["it is not a regular file"],
+    );
+}
+
+#[test]
+fn secure_boot_for_an_arm64_guest_is_refused_before_anything_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope.img");
+    let (code, _, stderr) = run(&[
+        "vm",
+        missing.to_str().unwrap(),
+        "--arch",
+        "arm64",
+        "--secure-boot",
+        "/nonexistent/vars.fd",
+    ]);
+    assert_eq!(code, 2, "a bad option: {stderr}");
+    assert!(
+        stderr.contains("--secure-boot: Secure Boot in QEMU is OVMF's, for x86_64 guests, not arm64"),
+        "{stderr}"
     );
 }
 

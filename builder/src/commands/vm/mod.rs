@@ -9,14 +9,16 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use rtcheck::Arch;
 use serde::{Deserialize, Serialize};
 
 mod dmi;
 
 pub use self::dmi::{Dmi, DmiError, DmiField, DmiSetting, parse_dmi_setting, smbios_options};
-use crate::io::qemu::{self, Accel, Guest, StopSignals};
+use crate::io::qemu::{self, Accel, Board, Guest, StopSignals};
 use crate::tool;
 use crate::ui::Ui;
+use emberrtos_contract::error::BadInput;
 
 /// The tool that inspects images and makes the overlay (not in
 /// `tool::PACKAGES` yet, so the package is named here).
@@ -72,11 +74,14 @@ pub struct VmOptions {
     /// OVMF variables with Secure Boot keys enrolled: the guest boots
     /// OVMF's Secure Boot build with a private copy of them (implies UEFI).
     pub secure_boot_vars: Option<PathBuf>,
+    /// The machine the disk is for, which picks QEMU's board.
+    pub arch: Arch,
 }
 
 /// Everything the QEMU command line names, resolved.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QemuPlan {
+    pub board: &'static Board,
     pub accel: Accel,
     pub memory_mib: u32,
     pub overlay: PathBuf,
@@ -120,12 +125,11 @@ pub fn netdev_option(plan: &QemuPlan) -> String {
 }
 
 /// The QEMU command line (pure).
-pub fn qemu_args(plan: &QemuPlan) -> Vec<String> {
-    let mut args = qemu::accel_args(plan.accel);
+pub fn qemu_args(plan: &QemuPlan) -> Result<Vec<String>> {
+    let mut args = plan.board.accel_args(plan.accel)?;
+    args.extend(plan.board.machine_args(plan.secure_boot));
     args.extend(
         [
-            "-machine",
-            if plan.secure_boot { "q35,smm=on" } else { "q35" },
             "-m",
             &plan.memory_mib.to_string(),
             "-smp",
@@ -159,7 +163,7 @@ pub fn qemu_args(plan: &QemuPlan) -> Vec<String> {
         args.extend(if plan.secure_boot {
             qemu::secure_boot_pflash_args(vars)
         } else {
-            qemu::pflash_args(vars)
+            plan.board.pflash_args(vars)
         });
     }
     if let Some(medium) = &plan.config_medium {
@@ -178,7 +182,7 @@ pub fn qemu_args(plan: &QemuPlan) -> Vec<String> {
             .map(String::from),
         );
     }
-    args
+    Ok(args)
 }
 
 /// `qemu-img info --output=json` of an image, as far as `vm` needs it.
@@ -461,7 +465,18 @@ fn console_tail(console: &Path) -> String {
 
 /// Boots `disk` and waits for the guest to power off.
 pub fn run(disk: &Path, options: &VmOptions, ui: &Ui) -> Result<VmReport> {
-    tool::require(qemu::QEMU)?;
+    let board = qemu::board(options.arch);
+    if options.secure_boot_vars.is_some() && board.arch != Arch::X86_64 {
+        return Err(BadInput::new(
+            "--secure-boot",
+            format!(
+                "Secure Boot in QEMU is OVMF's, for x86_64 guests, not {}",
+                board.arch
+            ),
+        )
+        .into());
+    }
+    tool::require(board.qemu)?;
     let (disk, format) = inspect_disk(disk)?;
     let config_medium = options.config_medium.as_deref().map(check_medium).transpose()?;
     let scratch = tempfile::Builder::new()
@@ -478,9 +493,9 @@ pub fn run(disk: &Path, options: &VmOptions, ui: &Ui) -> Result<VmReport> {
     };
     let ovmf_vars = match &options.secure_boot_vars {
         Some(vars) => Some(qemu::copy_secure_boot_vars(vars, scratch.path())?),
-        None => options
-            .uefi
-            .then(|| qemu::copy_ovmf_vars(scratch.path()))
+        None => board
+            .uses_uefi(options.uefi)
+            .then(|| board.copy_vars(scratch.path()))
             .transpose()?,
     };
     let ssh_port = match options.ssh_port {
@@ -489,6 +504,7 @@ pub fn run(disk: &Path, options: &VmOptions, ui: &Ui) -> Result<VmReport> {
     };
     let console = prepare_console(options.console.as_deref())?;
     let plan = QemuPlan {
+        board,
         accel: options.accel,
         memory_mib: options.memory_mib,
         overlay,
@@ -501,13 +517,13 @@ pub fn run(disk: &Path, options: &VmOptions, ui: &Ui) -> Result<VmReport> {
         dmi: options.dmi.clone(),
         secure_boot: options.secure_boot_vars.is_some(),
     };
-    let args = qemu_args(&plan);
+    let args = qemu_args(&plan)?;
     let stderr_log = scratch.path().join("qemu.stderr");
     let signals = StopSignals::install()?;
     let started = Instant::now();
-    let mut guest = Guest::spawn(&args, &scratch.path().join("qemu.stdout"), &stderr_log)?;
+    let mut guest = Guest::spawn(board, &args, &scratch.path().join("qemu.stdout"), &stderr_log)?;
     let pid = guest.pid();
-    let firmware = match (&options.secure_boot_vars, options.uefi) {
+    let firmware = match (&options.secure_boot_vars, plan.ovmf_vars.is_some()) {
         (Some(_), _) => "uefi, secure boot",
         (None, true) => "uefi",
         (None, false) => "bios",
@@ -783,6 +799,7 @@ mod tests {
 
     fn plan(host_ports: Vec<u16>) -> QemuPlan {
         QemuPlan {
+            board: &qemu::X86_64,
             accel: Accel::Tcg,
             memory_mib: 512,
             overlay: "/tmp/o.qcow2".into(),
@@ -812,7 +829,7 @@ mod tests {
             open.contains("10.0.2.100:9000-cmd:/bin/busy,,box nc 127.0.0.1 9000"),
             "{open}"
         );
-        let args = qemu_args(&plan(vec![8080]));
+        let args = qemu_args(&plan(vec![8080])).unwrap();
         assert!(args.contains(&open.replace(
             ",guestfwd=tcp:10.0.2.100:9000-cmd:/bin/busy,,box nc 127.0.0.1 9000",
             ""
@@ -821,12 +838,12 @@ mod tests {
 
     #[test]
     fn qemu_args_carry_one_smbios_option_per_structure() {
-        assert!(!qemu_args(&plan(vec![])).contains(&"-smbios".to_string()));
+        assert!(!qemu_args(&plan(vec![])).unwrap().contains(&"-smbios".to_string()));
         let bios = QemuPlan {
             dmi: Dmi::parse(["product-name=B", "bios-version=9"]).unwrap(),
             ..plan(vec![])
         };
-        let args = qemu_args(&bios);
+        let args = qemu_args(&bios).unwrap();
         let smbios: Vec<&str> = args
             .windows(2)
             .filter(|w| w[0] == "-smbios")
@@ -836,7 +853,8 @@ mod tests {
         let uefi = qemu_args(&QemuPlan {
             ovmf_vars: Some("/tmp/v.fd".into()),
             ..bios
-        });
+        })
+        .unwrap();
         assert!(uefi.contains(&"type=0,version=9,uefi=on".to_string()), "{uefi:?}");
         assert!(uefi.contains(&"type=1,product=B".to_string()), "{uefi:?}");
     }

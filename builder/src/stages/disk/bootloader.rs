@@ -20,9 +20,60 @@ use anyhow::{Context, Result, bail};
 use crate::secure_boot::SigningKey;
 use crate::tool;
 use emberrtos_contract::boot::{FALLBACK, TRIAL_VAR, TRIES_VAR};
+use rtcheck::Arch;
 
-/// GRUB's modules for x86_64 UEFI (`grub-efi-amd64-bin`).
-pub const GRUB_EFI_DIR: &str = "/usr/lib/grub/x86_64-efi";
+/// GRUB for one machine's UEFI: its platform, where Debian installs its
+/// modules, and the name every firmware boots from removable media.
+#[derive(Debug, PartialEq, Eq)]
+pub struct GrubEfi {
+    /// `grub-mkimage -O`, and the directory of the modules on the ESP.
+    pub platform: &'static str,
+    pub modules: &'static str,
+    /// The file under [`ESP_GRUB_DIR`] the firmware starts.
+    pub removable: &'static str,
+    pub package: &'static str,
+    /// GRUB's terminal commands: a PC's first serial port beside the
+    /// screen; on arm64 the firmware's console, which is the serial port
+    /// (GRUB has no `com0` there).
+    pub terminal: &'static str,
+}
+
+impl GrubEfi {
+    pub const fn of(arch: Arch) -> GrubEfi {
+        match arch {
+            Arch::X86_64 => GrubEfi {
+                platform: "x86_64-efi",
+                modules: "/usr/lib/grub/x86_64-efi",
+                removable: "BOOTX64.EFI",
+                package: "grub-efi-amd64-bin",
+                terminal: "serial --unit=0 --speed=115200\nterminal_input serial console\nterminal_output serial console\n",
+            },
+            Arch::Arm64 => GrubEfi {
+                platform: "arm64-efi",
+                modules: "/usr/lib/grub/arm64-efi",
+                removable: "BOOTAA64.EFI",
+                package: "grub-efi-arm64-bin:arm64",
+                terminal: "terminal_input console\nterminal_output console\n",
+            },
+        }
+    }
+
+    /// Fails, naming the package, when the modules are not installed.
+    pub fn require(&self) -> Result<()> {
+        if !Path::new(self.modules).join("moddep.lst").is_file() {
+            bail!(
+                "GRUB's {} modules are not installed ({}): apt-get install {}",
+                self.platform,
+                self.modules,
+                self.package
+            );
+        }
+        Ok(())
+    }
+}
+
+/// GRUB's modules for x86_64 UEFI, the only machine with Secure Boot here.
+const X86_64_GRUB: GrubEfi = GrubEfi::of(Arch::X86_64);
 /// Where GRUB lives on the ESP: the removable-media path every UEFI
 /// firmware boots without NVRAM entries.
 pub const ESP_GRUB_DIR: &str = "/EFI/BOOT";
@@ -75,21 +126,18 @@ fn countdown() -> String {
 /// failed health check all count. When no try is left, or the block cannot
 /// be written (a try that is not counted must not be taken), GRUB boots
 /// entry 1 and leaves `fallback` for `emberrtos-health` to act on.
-pub fn esp_grub_cfg(boot_uuid: &str) -> String {
-    menu_cfg(boot_uuid, "$prefix/grubenv", "")
+pub fn esp_grub_cfg(grub: &GrubEfi, boot_uuid: &str) -> String {
+    menu_cfg(grub, boot_uuid, "$prefix/grubenv", "")
 }
 
 /// [`esp_grub_cfg`] with the environment block at `env` and `prelude` first.
-fn menu_cfg(boot_uuid: &str, env: &str, prelude: &str) -> String {
+fn menu_cfg(grub: &GrubEfi, boot_uuid: &str, env: &str, prelude: &str) -> String {
     format!(
         "\
 {prelude}# Written by imgbuild disk. GRUB finds /boot by its UUID and runs the menu
 # that ostree maintains there: /boot/loader is ostree's symlink to
 # loader.0 or loader.1, swapped atomically by every deploy.
-serial --unit=0 --speed=115200
-terminal_input serial console
-terminal_output serial console
-set timeout=1
+{terminal}set timeout=1
 # Trial boots (emberrtos-health): a new default deployment gets
 # {TRIES_VAR} tries, counted down here, before GRUB boots the previous one.
 set {TRIAL_VAR}=
@@ -119,37 +167,36 @@ else
   echo \"EmberRTOS: the /boot filesystem (UUID {boot_uuid}) was not found\"
 fi
 ",
-        countdown = countdown()
+        countdown = countdown(),
+        terminal = grub.terminal,
     )
 }
 
 /// What precedes `grub2-generate`'s menu entries in the first
 /// `loader.N/grub.cfg`, as `grub-mkconfig`'s header does on the device:
 /// its entries call `load_video`, which the header defines.
-pub const LOADER_HEADER: &str = "\
+pub fn loader_header(grub: &GrubEfi) -> String {
+    format!(
+        "\
 # Written by imgbuild disk: the header grub-mkconfig would write, then the
 # entries of `ostree admin instutil grub2-generate`. The first deploy on the
 # device replaces this file through grub-mkconfig and /etc/grub.d/15_ostree.
 set default=0
 set timeout=1
-serial --unit=0 --speed=115200
-terminal_input serial console
-terminal_output serial console
-function load_video {
+{}function load_video {{
   insmod all_video
+}}
+",
+        grub.terminal
+    )
 }
-";
 
-/// `grub-mkimage` for x86_64 UEFI with `$prefix` at [`ESP_GRUB_DIR`].
-pub fn make_grub_image(out: &Path) -> Result<()> {
-    if !Path::new(GRUB_EFI_DIR).join("moddep.lst").is_file() {
-        bail!(
-            "GRUB's x86_64 UEFI modules are not installed ({GRUB_EFI_DIR}): apt-get install grub-efi-amd64-bin"
-        );
-    }
+/// `grub-mkimage` for `grub`'s UEFI with `$prefix` at [`ESP_GRUB_DIR`].
+pub fn make_grub_image(grub: &GrubEfi, out: &Path) -> Result<()> {
+    grub.require()?;
     tool::run(
         tool::command("grub-mkimage")?
-            .args(["-O", "x86_64-efi", "-d", GRUB_EFI_DIR, "-p", ESP_GRUB_DIR, "-o"])
+            .args(["-O", grub.platform, "-d", grub.modules, "-p", ESP_GRUB_DIR, "-o"])
             .arg(out)
             .args(CORE_MODULES),
     )
@@ -165,9 +212,9 @@ pub fn make_grubenv(path: &Path) -> Result<()> {
 
 /// GRUB's modules and lists (`*.mod`, `*.lst`), sorted, so the ESP can load
 /// what a menu generated on the device asks for.
-pub fn module_files() -> Result<Vec<PathBuf>> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(GRUB_EFI_DIR)
-        .with_context(|| format!("listing {GRUB_EFI_DIR}"))?
+pub fn module_files(grub: &GrubEfi) -> Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(grub.modules)
+        .with_context(|| format!("listing {}", grub.modules))?
         .map(|e| e.map(|e| e.path()))
         .collect::<std::io::Result<_>>()?;
     files.retain(|p| p.is_file() && p.extension().is_some_and(|ext| ext == "mod" || ext == "lst"));
@@ -299,7 +346,7 @@ menuentry 'EmberRTOS: fallback for a refused kernel' --unrestricted {{
 }}
 "
     );
-    let cfg = menu_cfg(boot_uuid, "($esp)/EFI/BOOT/grubenv", &prelude)
+    let cfg = menu_cfg(&X86_64_GRUB, boot_uuid, "($esp)/EFI/BOOT/grubenv", &prelude)
         .replace("set emberrtos_entry=1", "set emberrtos_entry=2")
         .replace("set emberrtos_entry=0", "set emberrtos_entry=1");
     format!("{cfg}set fallback=\"0 2\"\n")
@@ -337,9 +384,9 @@ pub fn make_signed_grub(
         tool::command("grub-mkimage")?
             .args([
                 "-O",
-                "x86_64-efi",
+                X86_64_GRUB.platform,
                 "-d",
-                GRUB_EFI_DIR,
+                X86_64_GRUB.modules,
                 "-p",
                 "(memdisk)/boot/grub",
             ])
@@ -420,10 +467,16 @@ initrd /ostree/emberrtos-e7/initramfs-6.12.0.img
 
     #[test]
     fn esp_config_finds_boot_by_uuid_and_runs_ostrees_menu() {
-        let cfg = esp_grub_cfg("0b6c4ad4-1d3f-8a2e-9c1b-77f0e5d2a001");
+        let cfg = esp_grub_cfg(&X86_64_GRUB, "0b6c4ad4-1d3f-8a2e-9c1b-77f0e5d2a001");
         assert!(cfg.contains("search --no-floppy --fs-uuid --set=boot 0b6c4ad4-1d3f-8a2e-9c1b-77f0e5d2a001"));
         assert!(cfg.contains("source ($boot)/loader/grub.cfg"));
         assert!(cfg.contains("terminal_output serial console"));
+        let arm64 = esp_grub_cfg(&GrubEfi::of(Arch::Arm64), "u");
+        assert!(
+            arm64.contains("\nterminal_output console\nset timeout=1"),
+            "{arm64}"
+        );
+        assert!(!arm64.contains("serial"), "GRUB has no com0 on arm64: {arm64}");
         assert!(cfg.contains("set timeout=1"));
         assert!(cfg.contains("load_env --file $prefix/grubenv emberrtos_trial emberrtos_tries"));
     }
@@ -435,7 +488,13 @@ initrd /ostree/emberrtos-e7/initramfs-6.12.0.img
             return;
         }
         let uuid = "0b6c4ad4-1d3f-8a2e-9c1b-77f0e5d2a001";
-        for cfg in [esp_grub_cfg(uuid), secure_grub_cfg(uuid, "1234-ABCD")] {
+        let arm64 = GrubEfi::of(Arch::Arm64);
+        for cfg in [
+            esp_grub_cfg(&X86_64_GRUB, uuid),
+            esp_grub_cfg(&arm64, uuid),
+            loader_header(&arm64),
+            secure_grub_cfg(uuid, "1234-ABCD"),
+        ] {
             let file = tempfile::NamedTempFile::new().unwrap();
             std::fs::write(file.path(), cfg).unwrap();
             let out = std::process::Command::new("grub-script-check")
@@ -473,7 +532,7 @@ initrd /ostree/emberrtos-e7/initramfs-6.12.0.img
 
     #[test]
     fn the_trial_counter_counts_every_digit_down_and_gives_up_on_anything_else() {
-        let cfg = esp_grub_cfg("u");
+        let cfg = esp_grub_cfg(&X86_64_GRUB, "u");
         for tries in 1..=9 {
             let step = format!(
                 "[ \"$emberrtos_tries\" = {tries} ]; then set emberrtos_tries={}",

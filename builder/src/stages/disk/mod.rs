@@ -24,34 +24,37 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
+use self::bootloader::GrubEfi;
 use self::layout::{Layout, Role, Usage};
 use crate::io::hashing::sha256_file;
-use crate::io::qemu::{StopSignals, signal_name};
+use crate::io::qemu::{self, StopSignals, signal_name};
 use crate::ostree as ost;
 use crate::recipe::{DiskFormat, Remote, syntax};
 use crate::secure_boot::SigningKey;
-use crate::stages::commit::key;
+use crate::stages::commit::{self, key};
 use crate::stages::verify::gate_commit_as;
 use crate::tool;
 use crate::ui::Ui;
 use emberrtos_contract::error::BadInput;
 use emberrtos_contract::gate::gate_signed_kernel;
 use emberrtos_contract::io::root::ImageRoot;
+use rtcheck::Arch;
 
 /// Bumped when the image layout changes, so old disk stamps go stale.
 pub const DISK_FORMAT: &str = concat!("imgbuild ", env!("CARGO_PKG_VERSION"), " disk 3");
 
 /// The kernel arguments every disk boots with, before the commit's own:
 /// the root filesystem by UUID, read-write (ostree remounts `/usr`
-/// read-only), the console on the screen and the first serial port, and a
-/// reboot 10 s after a panic, so a trial boot that panics spends its try
-/// and GRUB moves on (emberrtos-health) instead of the board hanging.
-pub fn base_kargs(root_uuid: &str) -> Vec<String> {
+/// read-only), the console on the screen and the machine's serial port
+/// (`serial`), and a reboot 10 s after a panic, so a trial boot that panics
+/// spends its try and GRUB moves on (emberrtos-health) instead of the board
+/// hanging.
+pub fn base_kargs(root_uuid: &str, serial: &str) -> Vec<String> {
     vec![
         format!("root=UUID={root_uuid}"),
         "rw".into(),
         "console=tty0".into(),
-        "console=ttyS0,115200".into(),
+        format!("console={serial},115200"),
         "panic=10".into(),
     ]
 }
@@ -151,6 +154,8 @@ pub struct DiskOutput {
 /// The checked inputs.
 struct Inputs {
     deployed: RefCommit,
+    /// The machine the deployed commit is for (its `imgbuild.arch`).
+    arch: Arch,
     /// The build epoch: the request's, else the commit's timestamp.
     epoch: u64,
     embedded: Vec<RefCommit>,
@@ -211,7 +216,14 @@ pub fn build(request: &DiskRequest, ui: &Ui) -> Result<DiskOutput> {
         root_usage.bytes >> 20,
         root_usage.inodes
     ));
-    stage_esp(&paths, &layout, request.signing, (staging.path(), inputs.epoch))?;
+    let grub = GrubEfi::of(inputs.arch);
+    stage_esp(
+        &paths,
+        &layout,
+        &grub,
+        request.signing,
+        (staging.path(), inputs.epoch),
+    )?;
     for dir in [&paths.sysroot, &paths.boot, &paths.esp] {
         filesystem::clamp_mtimes(dir, inputs.epoch)?;
     }
@@ -288,7 +300,14 @@ fn check_inputs(request: &DiskRequest, repo: &ostree::Repo) -> Result<Inputs> {
     }
     let root_uuid = layout::fs_uuid(&deployed.commit, Role::Root);
     let info = ost::read_commit(repo, &deployed.commit)?;
-    let mut kargs = base_kargs(&root_uuid);
+    let arch = commit::arch_of(&info)?;
+    if request.signing.is_some() && arch != Arch::X86_64 {
+        bail!(
+            "commit {}: Secure Boot signing covers x86_64 disks (shim and GRUB for x86_64 UEFI), not {arch}",
+            deployed.commit
+        );
+    }
+    let mut kargs = base_kargs(&root_uuid, qemu::board(arch).console);
     kargs.extend(commit_kargs(&info)?);
     kargs.extend(request.kargs.iter().cloned());
     let remote = request.remote.map(|r| check_remote(r, names)).transpose()?;
@@ -296,6 +315,7 @@ fn check_inputs(request: &DiskRequest, repo: &ostree::Repo) -> Result<Inputs> {
     Ok(Inputs {
         epoch: request.epoch.unwrap_or(info.timestamp),
         deployed,
+        arch,
         embedded,
         kargs,
         remote,
@@ -443,7 +463,7 @@ fn stage_sysroot(request: &DiskRequest, inputs: &Inputs, paths: &StagingPaths) -
         &layout::fs_uuid(checksum, Role::Esp),
     );
     sysroot::write_etc(&deployed.dir, &fstab)?;
-    write_menu(sysroot_dir, deployed.bootversion, checksum, &inputs.kargs)?;
+    write_menu(sysroot_dir, deployed.bootversion, checksum, inputs)?;
     // From now on the device's own deploys regenerate the menu with
     // grub-mkconfig (ostree's grub2 backend), and /sysroot is read-only.
     sysroot::set_sysroot_config(&repo, "bootloader", "grub2")?;
@@ -455,9 +475,10 @@ fn stage_sysroot(request: &DiskRequest, inputs: &Inputs, paths: &StagingPaths) -
     Ok(deployed.refspec)
 }
 
-/// `/boot/loader.N/grub.cfg`: the header and `grub2-generate`'s entries,
-/// checked before it is written.
-fn write_menu(sysroot_dir: &Path, bootversion: i32, checksum: &str, kargs: &[String]) -> Result<()> {
+/// `/boot/loader.N/grub.cfg`: the header for the machine's GRUB and
+/// `grub2-generate`'s entries, checked against the kernel arguments before
+/// it is written.
+fn write_menu(sysroot_dir: &Path, bootversion: i32, checksum: &str, inputs: &Inputs) -> Result<()> {
     let root = ImageRoot::open(sysroot_dir)?;
     let loader = format!("loader.{bootversion}");
     let link = root.read_link(Path::new("boot/loader"))?;
@@ -469,9 +490,10 @@ fn write_menu(sysroot_dir: &Path, bootversion: i32, checksum: &str, kargs: &[Str
     }
     let boot_uuid = layout::fs_uuid(checksum, Role::Boot);
     let entries = bootloader::generate_entries(sysroot_dir, bootversion, &boot_uuid)?;
-    bootloader::check_menu(&entries, kargs)
+    bootloader::check_menu(&entries, &inputs.kargs)
         .map_err(|e| anyhow::anyhow!("the menu ostree generated would not boot as built: {e}"))?;
-    let menu = format!("{}{entries}", bootloader::LOADER_HEADER);
+    let header = bootloader::loader_header(&GrubEfi::of(inputs.arch));
+    let menu = format!("{header}{entries}");
     root.write(
         &Path::new("boot").join(&loader).join("grub.cfg"),
         menu.as_bytes(),
@@ -495,6 +517,7 @@ fn split_boot(paths: &StagingPaths) -> Result<()> {
 fn stage_esp(
     paths: &StagingPaths,
     layout: &Layout,
+    grub: &GrubEfi,
     signing: Option<&SigningKey>,
     scratch: (&Path, u64),
 ) -> Result<()> {
@@ -507,13 +530,16 @@ fn stage_esp(
         bootloader::make_signed_grub(&grub_dir.join(bootloader::SECOND_STAGE), &menu, key, scratch)?;
         return bootloader::make_grubenv(&grub_dir.join("grubenv"));
     }
-    bootloader::make_grub_image(&grub_dir.join("BOOTX64.EFI"))?;
-    std::fs::write(grub_dir.join("grub.cfg"), bootloader::esp_grub_cfg(boot_uuid))?;
+    bootloader::make_grub_image(grub, &grub_dir.join(grub.removable))?;
+    std::fs::write(
+        grub_dir.join("grub.cfg"),
+        bootloader::esp_grub_cfg(grub, boot_uuid),
+    )?;
     // Issue 12 (boot counting) keeps its variables here.
     bootloader::make_grubenv(&grub_dir.join("grubenv"))?;
-    let modules = grub_dir.join("x86_64-efi");
+    let modules = grub_dir.join(grub.platform);
     std::fs::create_dir(&modules)?;
-    for file in bootloader::module_files()? {
+    for file in bootloader::module_files(grub)? {
         std::fs::copy(&file, modules.join(file.file_name().expect("a file name")))
             .with_context(|| format!("copying {}", file.display()))?;
     }
