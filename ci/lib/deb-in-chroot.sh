@@ -56,6 +56,18 @@ for file in /usr/share/zsh/vendor-completions/_imgbuild /usr/share/fish/vendor_c
 done
 echo "chroot: imgbuild --version, recipe --help, man pages, completions: ok"
 
+# The programs arm64 images carry, where imgbuild looks for them: ELF
+# files whose e_machine (2 bytes at offset 18, little-endian) is AArch64's,
+# 183.
+for program in emberrtos-device jitter; do
+    file=/usr/libexec/imgbuild/aarch64-unknown-linux-gnu/$program
+    [ -x "$file" ] || fail "$file is not installed"
+    [ "$(od -An -c -N4 "$file" | tr -d ' ')" = '177ELF' ] || fail "$file is not an ELF file"
+    machine=$(od -An -tu2 -j18 -N2 "$file" | tr -d ' ')
+    [ "$machine" = 183 ] || fail "$file is for ELF machine $machine, not AArch64 (183)"
+done
+echo "chroot: emberrtos-device and jitter for aarch64 are installed, AArch64 ELF programs"
+
 # One real command on the tools the package pulled in: a configuration
 # medium (gpg for the key, ssh-keygen for the login key, mtools for the FAT
 # image), then the same with a bad field, which must name it and write

@@ -51,7 +51,7 @@ fn how_to_build(arch: Arch) -> &'static str {
     if arch == Arch::host() {
         "build it with `cargo build --release --workspace`, or install the imgbuild package (and emberrtos-jitter) whole"
     } else {
-        "cross-compile it with ci/cross-arm64 (into target/cross/<triple>/release)"
+        "cross-compile it with ci/cross-arm64 (into target/cross/<triple>/release), or install the imgbuild package whole"
     }
 }
 
@@ -74,24 +74,25 @@ pub fn check_machine(path: &Path, arch: Arch) -> Result<()> {
 /// (a test binary in `deps/`), then the installed package's
 /// `/usr/libexec/imgbuild/<name>` for `/usr/bin/imgbuild`. For another,
 /// `target/cross/<triple>/release/<name>` (ci/cross-arm64) seen from
-/// `target/release` or `target/release/deps` (the packages do not carry
-/// another machine's programs yet).
+/// `target/release` or `target/release/deps`, then the installed package's
+/// `/usr/libexec/imgbuild/<triple>/<name>`.
 pub fn candidates(exe: &Path, name: &str, arch: Arch) -> Vec<PathBuf> {
     let Some(dir) = exe.parent() else {
         return Vec::new();
     };
+    let libexec = dir.join("../libexec/imgbuild");
     if arch == Arch::host() {
-        return vec![
-            dir.join(name),
-            dir.join("..").join(name),
-            dir.join("../libexec/imgbuild").join(name),
-        ];
+        return vec![dir.join(name), dir.join("..").join(name), libexec.join(name)];
     }
     let cross = Path::new("cross")
         .join(arch.rust_target())
         .join("release")
         .join(name);
-    vec![dir.join("..").join(&cross), dir.join("../..").join(&cross)]
+    vec![
+        dir.join("..").join(&cross),
+        dir.join("../..").join(&cross),
+        libexec.join(arch.rust_target()).join(name),
+    ]
 }
 
 #[cfg(test)]
@@ -143,6 +144,32 @@ mod tests {
                 .map(|p| p.canonicalize().unwrap());
             assert_eq!(found, Some(cross.join("jitter")), "{exe}");
         }
+    }
+
+    #[test]
+    fn the_installed_package_carries_another_machines_companions_by_triple() {
+        let root = tempfile::tempdir().unwrap();
+        let usr = root.path().join("usr");
+        let libexec = usr.join("libexec/imgbuild");
+        std::fs::create_dir_all(libexec.join("aarch64-unknown-linux-gnu")).unwrap();
+        std::fs::create_dir_all(usr.join("bin")).unwrap();
+        // The host's jitter and emberrtos-device must not stand in.
+        std::fs::write(usr.join("bin/jitter"), "").unwrap();
+        std::fs::write(libexec.join("emberrtos-device"), "").unwrap();
+        let found = |name: &str| {
+            candidates(&usr.join("bin/imgbuild"), name, Arch::Arm64)
+                .into_iter()
+                .find(|p| p.is_file())
+                .map(|p| p.canonicalize().unwrap())
+        };
+        assert_eq!(found("jitter"), None);
+        assert_eq!(found("emberrtos-device"), None);
+        let cross = libexec.join("aarch64-unknown-linux-gnu");
+        std::fs::write(cross.join("jitter"), "").unwrap();
+        std::fs::write(cross.join("emberrtos-device"), "").unwrap();
+        let cross = cross.canonicalize().unwrap();
+        assert_eq!(found("jitter"), Some(cross.join("jitter")));
+        assert_eq!(found("emberrtos-device"), Some(cross.join("emberrtos-device")));
     }
 
     #[test]
