@@ -38,22 +38,42 @@ vm_start() {
 
 # Kills the VM (imgbuild takes QEMU with it); for failures.
 vm_kill() {
+    [ -z "${vm_port:-}" ] || guest_close
     if [ -n "${vm_pid:-}" ] && kill -0 "$vm_pid" 2>/dev/null; then
         kill -TERM "$vm_pid" 2>/dev/null || true
         wait "$vm_pid" 2>/dev/null || true
     fi
 }
 
-# guest COMMAND: runs COMMAND in the guest. A connection whose guest went
-# away (a reboot) ends after 20 s of silence, not never, and no command runs
-# longer than $guest_timeout (default 900 s). The banner may take
+# guest COMMAND: runs COMMAND in the guest. The commands to one boot share
+# one OpenSSH connection (a key exchange and a login cost a TCG guest about a
+# second each); a reboot ends it, and the probes that wait for a guest that
+# may have rebooted open a new one (guest_fresh). A connection whose guest
+# went away ends after 20 s of silence, not never, and no command runs longer
+# than $guest_timeout (default 900 s). The banner may take
 # $guest_connect_timeout (default 30 s: a TCG guest that has just booted is
 # busy, and 5 s timed out in CI); the polls for a guest that may be down
 # probe with 5 s.
 guest() {
     timeout "${guest_timeout:-900}" ssh -i "${key:?the caller sets key}" -p "$vm_port" -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null \
         -o BatchMode=yes -o ConnectTimeout="${guest_connect_timeout:-30}" -o ServerAliveInterval=5 -o ServerAliveCountMax=4 \
+        -o ControlMaster=auto -o ControlPath="$(guest_control_path)" -o ControlPersist=60 \
         -o LogLevel=ERROR root@127.0.0.1 "$@"
+}
+
+# guest_control_path: the shared connection's socket, one per tier and port
+# (short: a socket path has at most 107 bytes).
+guest_control_path() { echo "${TMPDIR:-/tmp}/imgbuild-ssh-$$-$vm_port"; }
+
+# guest_close: ends the shared connection, if there is one.
+guest_close() {
+    ssh -o ControlPath="$(guest_control_path)" -O exit root@127.0.0.1 2>/dev/null || true
+}
+
+# guest_fresh COMMAND: guest, on a new connection.
+guest_fresh() {
+    guest_close
+    guest "$@"
 }
 
 # Emulator hangs: under TCG, a warm reset now and then stops for good:
@@ -123,7 +143,7 @@ poll_guest() {
     done
 }
 
-ssh_answers() { guest_connect_timeout=5 guest true 2>/dev/null; }
+ssh_answers() { guest_connect_timeout=5 guest_fresh true 2>/dev/null; }
 
 # wait_ssh SECONDS: until the guest answers over SSH; the seconds since
 # vm_start are in ssh_seconds.
@@ -137,7 +157,7 @@ wait_ssh() {
 # on a connection the rebooting guest left half-open).
 boot_id() {
     guest_timeout=15
-    guest_connect_timeout=5 guest cat /proc/sys/kernel/random/boot_id
+    guest_connect_timeout=5 guest_fresh cat /proc/sys/kernel/random/boot_id
     boot_id_status=$?
     guest_timeout=
     return $boot_id_status
@@ -170,6 +190,7 @@ vm_stop() {
         sleep 0.5
     done
     kill -0 "$vm_pid" 2>/dev/null && fail "imgbuild vm still runs 120 s after the power-off"
+    guest_close
     vm_status=0
     wait "$vm_pid" || vm_status=$?
     vm_pid=
