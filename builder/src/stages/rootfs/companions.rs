@@ -34,17 +34,14 @@ fn existing(env_var: &str, path: PathBuf) -> Result<PathBuf> {
 
 fn beside_imgbuild(name: &str, env_var: &str, arch: Arch) -> Result<PathBuf> {
     let exe = std::env::current_exe().context("locating the imgbuild executable")?;
-    candidates(&exe, name, arch)
-        .into_iter()
-        .find(|p| p.is_file())
-        .with_context(|| {
-            format!(
-                "no {name} binary for {} beside {}: {}, or set ${env_var}",
-                arch.machine(),
-                exe.display(),
-                how_to_build(arch)
-            )
-        })
+    first_candidate(&exe, name, arch).with_context(|| {
+        format!(
+            "no {name} binary for {} beside {}: {}, or set ${env_var}",
+            arch.machine(),
+            exe.display(),
+            how_to_build(arch)
+        )
+    })
 }
 
 fn how_to_build(arch: Arch) -> &'static str {
@@ -69,6 +66,11 @@ pub fn check_machine(path: &Path, arch: Arch) -> Result<()> {
     }
 }
 
+/// The first of [`candidates`] that is a file.
+pub fn first_candidate(exe: &Path, name: &str, arch: Arch) -> Option<PathBuf> {
+    candidates(exe, name, arch).into_iter().find(|p| p.is_file())
+}
+
 /// Where `name` is looked for next to the imgbuild at `exe`. For the host's
 /// machine: beside it (`cargo build --release --workspace`), one level up
 /// (a test binary in `deps/`), then the installed package's
@@ -76,7 +78,7 @@ pub fn check_machine(path: &Path, arch: Arch) -> Result<()> {
 /// `target/cross/<triple>/release/<name>` (ci/cross-arm64) seen from
 /// `target/release` or `target/release/deps`, then the installed package's
 /// `/usr/libexec/imgbuild/<triple>/<name>`.
-pub fn candidates(exe: &Path, name: &str, arch: Arch) -> Vec<PathBuf> {
+fn candidates(exe: &Path, name: &str, arch: Arch) -> Vec<PathBuf> {
     let Some(dir) = exe.parent() else {
         return Vec::new();
     };
@@ -99,6 +101,11 @@ pub fn candidates(exe: &Path, name: &str, arch: Arch) -> Vec<PathBuf> {
 mod tests {
     use super::*;
 
+    /// The first candidate, canonical (the candidates hold `..`).
+    fn found(exe: &Path, name: &str, arch: Arch) -> Option<PathBuf> {
+        first_candidate(exe, name, arch).map(|p| p.canonicalize().unwrap())
+    }
+
     #[test]
     fn companions_are_found_where_the_build_and_the_packages_put_them() {
         let root = tempfile::tempdir().unwrap();
@@ -107,12 +114,7 @@ mod tests {
         std::fs::create_dir_all(usr.join("bin")).unwrap();
         std::fs::write(usr.join("bin/jitter"), "").unwrap();
         std::fs::write(usr.join("libexec/imgbuild/emberrtos-device"), "").unwrap();
-        let first = |exe: &Path, name: &str| {
-            let found = candidates(exe, name, Arch::host())
-                .into_iter()
-                .find(|p| p.is_file());
-            found.map(|p| p.canonicalize().unwrap())
-        };
+        let first = |exe: &Path, name: &str| found(exe, name, Arch::host());
         let installed = usr.join("bin/imgbuild");
         let usr = usr.canonicalize().unwrap();
         assert_eq!(first(&installed, "jitter"), Some(usr.join("bin/jitter")));
@@ -138,10 +140,7 @@ mod tests {
         std::fs::write(cross.join("jitter"), "").unwrap();
         let cross = cross.canonicalize().unwrap();
         for exe in ["release/imgbuild", "release/deps/imgbuild-test"] {
-            let found = candidates(&target.join(exe), "jitter", Arch::Arm64)
-                .into_iter()
-                .find(|p| p.is_file())
-                .map(|p| p.canonicalize().unwrap());
+            let found = found(&target.join(exe), "jitter", Arch::Arm64);
             assert_eq!(found, Some(cross.join("jitter")), "{exe}");
         }
     }
@@ -156,12 +155,7 @@ mod tests {
         // The host's jitter and emberrtos-device must not stand in.
         std::fs::write(usr.join("bin/jitter"), "").unwrap();
         std::fs::write(libexec.join("emberrtos-device"), "").unwrap();
-        let found = |name: &str| {
-            candidates(&usr.join("bin/imgbuild"), name, Arch::Arm64)
-                .into_iter()
-                .find(|p| p.is_file())
-                .map(|p| p.canonicalize().unwrap())
-        };
+        let found = |name: &str| found(&usr.join("bin/imgbuild"), name, Arch::Arm64);
         assert_eq!(found("jitter"), None);
         assert_eq!(found("emberrtos-device"), None);
         let cross = libexec.join("aarch64-unknown-linux-gnu");
