@@ -92,4 +92,12 @@ if imgbuild config-medium "$medium/provision.yaml" --out /tmp/bad.img 2> /tmp/ba
 fi
 grep -q hostname /tmp/bad.err || fail "the refusal does not name hostname: $(cat /tmp/bad.err)"
 [ ! -e /tmp/bad.img ] || fail "a refused config-medium left /tmp/bad.img"
+# The gpg-agent must be gone before mmdebstrap empties /tmp: an agent that
+# sees its socket removed exits and removes its other sockets under rm's feet.
+gpgconf --kill all
+for _ in $(seq 1 50); do
+    [ -z "$(find "$GNUPGHOME" -maxdepth 1 -name 'S.*' 2>/dev/null)" ] && break
+    sleep 0.1
+done
+rm -rf "$GNUPGHOME"
 echo "chroot: imgbuild config-medium writes a medium with gpg, ssh-keygen and mtools; a bad hostname is refused by name"
