@@ -57,6 +57,9 @@ pub enum Command {
     /// What changed between two commits: packages, kernel config, kargs,
     /// files in the whole tree, RT evidence, and the bytes devices download.
     Diff(DiffArgs),
+    /// A commit's known vulnerabilities: its SBOM's Debian source packages
+    /// against the Debian security tracker's JSON export.
+    Cve(crate::commands::cve::CveArgs),
     /// Write a configuration medium (FAT image labelled EMBERCFG) from a provision.yaml.
     ConfigMedium(ConfigMediumArgs),
     /// Boot a disk image in QEMU through a copy-on-write overlay, with SSH
@@ -546,6 +549,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Publish(args) => run_publish(args, &ui, cli.json),
         Command::Inspect(args) => run_inspect(args, cli.json),
         Command::Diff(args) => run_diff(args, cli.json),
+        Command::Cve(args) => run_cve(args, cli.json),
         Command::ConfigMedium(args) => run_config_medium(args, cli.json),
         Command::Vm(args) => run_vm(args, &ui, cli.json),
         Command::Disk(args) => run_disk(args, &ui, cli.json),
@@ -769,6 +773,16 @@ fn run_diff(args: DiffArgs, json: bool) -> Result<u8> {
         print_json(&serde_json::to_value(&diff)?)?;
     } else {
         print!("{}", diff::render(&diff));
+    }
+    Ok(exit::OK)
+}
+
+fn run_cve(args: crate::commands::cve::CveArgs, json: bool) -> Result<u8> {
+    let report = crate::commands::cve::run(args)?;
+    if json {
+        print_json(&serde_json::to_value(&report)?)?;
+    } else {
+        print!("{}", crate::cve::report::render(&report));
     }
     Ok(exit::OK)
 }

@@ -11,6 +11,7 @@
 pub mod cache;
 pub mod cli;
 pub mod commands;
+pub mod cve;
 pub mod economics;
 pub mod io;
 pub mod ostree;

@@ -2,6 +2,7 @@
 
 pub mod cache;
 pub mod config_medium;
+pub mod cve;
 pub mod diff;
 pub mod publish;
 pub mod vm;

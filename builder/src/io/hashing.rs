@@ -78,6 +78,39 @@ impl<W: Write> Write for HashingWriter<W> {
     }
 }
 
+/// A reader that hashes what passes through it: one pass both parses a
+/// file and names the exact bytes parsed.
+pub struct HashingReader<R> {
+    inner: R,
+    hasher: Sha256,
+    read: u64,
+}
+
+impl<R: Read> HashingReader<R> {
+    pub fn new(inner: R) -> Self {
+        HashingReader {
+            inner,
+            hasher: Sha256::new(),
+            read: 0,
+        }
+    }
+
+    /// Reads what is left, then gives the hex digest and the byte count.
+    pub fn finish(mut self) -> io::Result<(String, u64)> {
+        io::copy(&mut self, &mut io::sink())?;
+        Ok((hex::encode(self.hasher.finalize()), self.read))
+    }
+}
+
+impl<R: Read> Read for HashingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.read += n as u64;
+        Ok(n)
+    }
+}
+
 /// A digest of a directory tree: every path, type, mode, owner, symlink
 /// target and file content, in sorted order.
 pub fn sha256_tree(root: &Path) -> Result<String> {
@@ -117,6 +150,14 @@ mod tests {
         let (d, n) = sha256_reader(&b"abc"[..], None).unwrap();
         assert_eq!(d, sha256_hex("abc"));
         assert_eq!(n, 3);
+        let mut reader = HashingReader::new(&b"abcd"[..]);
+        let mut first = [0u8; 1];
+        reader.read_exact(&mut first).unwrap();
+        assert_eq!(
+            reader.finish().unwrap(),
+            (sha256_hex("abcd"), 4),
+            "the rest is read too"
+        );
         let mut w = HashingWriter::new(Vec::new());
         w.write_all(b"ab").unwrap();
         w.write_all(b"c").unwrap();

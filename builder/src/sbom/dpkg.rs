@@ -44,7 +44,7 @@ pub enum StatusError {
 }
 
 /// Debian policy 5.6.1: `[a-z0-9][a-z0-9+.-]+`; architectures `[a-z0-9-]+`.
-fn valid_name(field: &str, value: &str) -> bool {
+pub fn valid_name(field: &str, value: &str) -> bool {
     let allowed = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || "+.-".contains(c);
     match field {
         "Architecture" => {

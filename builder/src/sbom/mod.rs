@@ -173,6 +173,20 @@ pub struct CommittedSbom {
 /// Reads the SBOM out of commit `info`; its sha256 must be the one the
 /// commit's metadata records.
 pub fn read_from_commit(repo: &ostree::Repo, info: &crate::ostree::CommitInfo) -> Result<CommittedSbom> {
+    let (document, sha256, bytes) = document_of_commit(repo, info)?;
+    Ok(CommittedSbom {
+        path: format!("/{PATH_IN_TREE}"),
+        sha256,
+        bytes,
+        summary: summary::summarize(&document),
+    })
+}
+
+/// Commit `info`'s SBOM, its sha256 (checked against the metadata) and size.
+pub fn document_of_commit(
+    repo: &ostree::Repo,
+    info: &crate::ostree::CommitInfo,
+) -> Result<(Document, String, u64)> {
     let checksum = &info.checksum;
     let recorded = info
         .metadata
@@ -192,12 +206,7 @@ pub fn read_from_commit(repo: &ostree::Repo, info: &crate::ostree::CommitInfo) -
     }
     let document: Document = serde_json::from_slice(&bytes)
         .with_context(|| format!("commit {checksum}: /{PATH_IN_TREE} is not SPDX JSON"))?;
-    Ok(CommittedSbom {
-        path: format!("/{PATH_IN_TREE}"),
-        sha256,
-        bytes: bytes.len() as u64,
-        summary: summary::summarize(&document),
-    })
+    Ok((document, sha256, bytes.len() as u64))
 }
 
 /// Builds the document, namespace included.
@@ -273,6 +282,20 @@ fn purl_part(text: &str) -> String {
     out
 }
 
+const DEBIAN_SOURCE_INFO: &str = "built from the Debian source package ";
+
+/// A Debian package's `sourceInfo`: its source package and version.
+pub fn debian_source_info(source: &str, version: &str) -> String {
+    format!("{DEBIAN_SOURCE_INFO}{source} {version}")
+}
+
+/// The source package and version a [`debian_source_info`] names.
+pub fn parse_debian_source_info(text: &str) -> Option<(&str, &str)> {
+    let (source, version) = text.strip_prefix(DEBIAN_SOURCE_INFO)?.split_once(' ')?;
+    let valid = dpkg::valid_name("Source", source) && !version.is_empty() && !version.contains(' ');
+    valid.then_some((source, version))
+}
+
 pub fn deb_purl(package: &InstalledPackage) -> String {
     format!(
         "pkg:deb/debian/{}@{}?arch={}",
@@ -312,10 +335,7 @@ impl Builder {
             let mut package = Package::new(package_id.clone(), &deb.name).with_purl(deb_purl(deb));
             package.version_info = Some(deb.version.clone());
             package.supplier = "Organization: Debian".into();
-            package.source_info = Some(format!(
-                "built from the Debian source package {} {}",
-                deb.source, deb.source_version
-            ));
+            package.source_info = Some(debian_source_info(&deb.source, &deb.source_version));
             package.license_declared = self.stated_license(root, &deb.name)?;
             self.packages.push(package);
             self.relate(OS_ID, "CONTAINS", &package_id);

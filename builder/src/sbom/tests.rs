@@ -113,6 +113,10 @@ fn every_installed_package_with_its_purl_source_and_license() {
         libc.source_info.as_deref(),
         Some("built from the Debian source package glibc 2.36-9+deb12u10")
     );
+    assert_eq!(
+        parse_debian_source_info(libc.source_info.as_deref().unwrap()),
+        Some(("glibc", "2.36-9+deb12u10"))
+    );
     let mawk = package(&document, "SPDXRef-deb-mawk.amd64");
     assert_eq!(
         mawk.purl(),
@@ -258,4 +262,17 @@ fn a_huge_status_file_is_refused_before_it_is_read() {
     status.set_len(MAX_TEXT_BYTES + 1).unwrap();
     let err = build(&inputs(&root)).unwrap_err();
     assert!(format!("{err:#}").contains("more than the"), "{err:#}");
+}
+
+#[test]
+fn a_source_info_names_a_debian_source_or_nothing() {
+    for bad in [
+        "built from the Debian source package glibc",
+        "built from the Debian source package Glibc 2.36",
+        "built from the Debian source package glibc 2.36 extra",
+        "built from the Debian source package ../x 1",
+        "glibc 2.36",
+    ] {
+        assert_eq!(parse_debian_source_info(bad), None, "{bad}");
+    }
 }

@@ -15,7 +15,7 @@ use imgbuild::stages::commit::{self, CommitFacts};
 
 const REF: &str = "emberrtos/x86_64/rt";
 
-fn imgbuild() -> BinCommand {
+pub(crate) fn imgbuild() -> BinCommand {
     BinCommand::cargo_bin("imgbuild").unwrap()
 }
 
@@ -47,6 +47,11 @@ fn tree(dir: &Path, name: &str, status: &str, sysctl: &str, config_extra: &str) 
     write(&tree, emberrtos_contract::paths::INSTALL_PATH, b"device tool");
     write(&tree, emberrtos_contract::paths::JITTER_INSTALL_PATH, b"jitter");
     write(&tree, "usr/bin/bash", b"bash");
+    write(
+        &tree,
+        "usr/lib/os-release",
+        b"ID=debian\nVERSION_CODENAME=bookworm\n",
+    );
     if status.contains("Package: tree") {
         write(&tree, "usr/bin/tree", b"tree");
     }
@@ -92,14 +97,14 @@ fn commit_with_sbom(repo: &Path, tree: &Path, kargs: &[String]) -> String {
         .checksum
 }
 
-struct TwoCommits {
+pub(crate) struct TwoCommits {
     _dir: tempfile::TempDir,
-    repo: PathBuf,
-    v1: String,
-    v2: String,
+    pub(crate) repo: PathBuf,
+    pub(crate) v1: String,
+    pub(crate) v2: String,
 }
 
-fn two_commits() -> TwoCommits {
+pub(crate) fn two_commits() -> TwoCommits {
     let dir = tempfile::tempdir().unwrap();
     let repo = dir.path().join("repo");
     let karg = |s: &str| s.to_string();

@@ -8,6 +8,7 @@ mod boot_initramfs;
 mod cli;
 mod config_medium;
 mod confinement;
+mod cve;
 mod device;
 mod diff;
 mod disk;

@@ -1,0 +1,126 @@
+//! What a commit's SBOM says is installed, as the tracker names it: Debian
+//! source packages and versions, and the Debian release (pure).
+
+use std::collections::BTreeMap;
+
+use anyhow::{Result, bail};
+
+use crate::sbom::document::Document;
+
+/// A Debian source package installed in one version, and the binary
+/// packages built from it that the image holds.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct InstalledSource {
+    pub name: String,
+    pub version: String,
+    pub binaries: Vec<String>,
+}
+
+const DEBIAN_PURL: &str = "pkg:deb/debian/";
+
+/// The source packages of the document's Debian packages (those with a
+/// `pkg:deb/debian/` purl), one per source name and version, sorted. A
+/// Debian package without a readable source is an error naming it: a CVE
+/// report that skips packages would pass what it never looked at.
+pub fn installed_sources(document: &Document) -> Result<Vec<InstalledSource>> {
+    let mut sources: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for package in &document.packages {
+        if !package.purl().is_some_and(|purl| purl.starts_with(DEBIAN_PURL)) {
+            continue;
+        }
+        let info = package.source_info.as_deref().unwrap_or_default();
+        let Some((name, version)) = crate::sbom::parse_debian_source_info(info) else {
+            bail!(
+                "the SBOM's package {} states no Debian source package (sourceInfo {info:?})",
+                package.spdx_id
+            );
+        };
+        let key = (name.to_string(), version.to_string());
+        sources.entry(key).or_default().push(package.name.clone());
+    }
+    Ok(sources
+        .into_iter()
+        .map(|((name, version), binaries)| InstalledSource {
+            name,
+            version,
+            binaries,
+        })
+        .collect())
+}
+
+/// `VERSION_CODENAME` of an os-release file (`bookworm`), when it is a
+/// plain lower-case word.
+pub fn release_codename(os_release: &str) -> Option<&str> {
+    let value = os_release
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("VERSION_CODENAME="))?;
+    let value = value.trim_matches(|c| c == '"' || c == '\'');
+    valid_release(value).then_some(value)
+}
+
+/// A Debian release's code name: 2 to 32 lower-case letters.
+pub fn valid_release(name: &str) -> bool {
+    (2..=32).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_lowercase())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sbom::document::Package;
+
+    fn deb(name: &str, source: &str) -> Package {
+        let mut package = Package::new(format!("SPDXRef-deb-{name}"), name)
+            .with_purl(format!("{DEBIAN_PURL}{name}@1?arch=amd64"));
+        package.source_info = Some(crate::sbom::debian_source_info(source, "2.36-9+deb12u10"));
+        package
+    }
+
+    fn document(packages: Vec<Package>) -> Document {
+        let mut document: Document = serde_json::from_str(
+            r#"{"spdxVersion": "SPDX-2.3", "dataLicense": "CC0-1.0", "SPDXID": "SPDXRef-DOCUMENT",
+                "name": "t", "documentNamespace": "https://example.org/t",
+                "creationInfo": {"created": "2026-01-01T00:00:00Z", "creators": ["Tool: t"]},
+                "packages": [], "relationships": []}"#,
+        )
+        .unwrap();
+        document.packages = packages;
+        document
+    }
+
+    #[test]
+    fn binaries_of_one_source_are_one_source_package() {
+        let kernel = Package::new("SPDXRef-kernel-linux".into(), "linux");
+        let document = document(vec![
+            deb("libc6", "glibc"),
+            deb("libc-bin", "glibc"),
+            deb("bash", "bash"),
+            kernel,
+        ]);
+        let sources = installed_sources(&document).unwrap();
+        let names: Vec<_> = sources
+            .iter()
+            .map(|s| (s.name.as_str(), s.binaries.len()))
+            .collect();
+        assert_eq!(names, [("bash", 1), ("glibc", 2)]);
+        assert_eq!(sources[1].version, "2.36-9+deb12u10");
+    }
+
+    #[test]
+    fn a_debian_package_without_its_source_is_named() {
+        let mut broken = deb("bash", "bash");
+        broken.source_info = Some("built from the Debian source package Bash;rm 1".into());
+        let error = installed_sources(&document(vec![broken]))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("SPDXRef-deb-bash"), "{error}");
+    }
+
+    #[test]
+    fn the_release_is_the_os_release_code_name() {
+        let text = "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nVERSION_CODENAME=bookworm\nID=debian\n";
+        assert_eq!(release_codename(text), Some("bookworm"));
+        assert_eq!(release_codename("VERSION_CODENAME=\"trixie\"\n"), Some("trixie"));
+        assert_eq!(release_codename("VERSION_CODENAME=../x\n"), None);
+        assert_eq!(release_codename("ID=debian\n"), None);
+    }
+}

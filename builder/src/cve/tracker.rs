@@ -1,0 +1,346 @@
+//! The Debian security tracker's JSON export
+//! (`https://security-tracker.debian.org/tracker/data/json`), read in one
+//! pass that keeps only one release of the source packages asked for: the
+//! whole export is some hundreds of megabytes once parsed, the part an image
+//! needs a few hundred kilobytes.
+//!
+//! Its shape: `{ SOURCE: { ID: { "releases": { RELEASE: { "status",
+//! "fixed_version"?, "urgency", ... } }, ... } } }`, where ID is a CVE id
+//! or a `TEMP-` id the tracker gives an issue that has none yet.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::io::Read;
+
+use serde::Deserialize;
+use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
+
+/// What the tracker says of an issue in one release.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Not fixed in the release.
+    Open,
+    /// Fixed in `fixed_version` (`0`: the release was never affected).
+    Resolved,
+    /// Not yet known whether the release is affected.
+    Undetermined,
+}
+
+/// Debian's urgency of an issue in a release, least urgent first. An
+/// urgency the tracker has not assigned, or one this version of imgbuild
+/// does not know, ranks above `high`: a gate treats what it cannot rank as
+/// the worst.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Urgency {
+    Unimportant,
+    Low,
+    Medium,
+    High,
+    /// `end-of-life`: the release no longer gets security support for the package.
+    EndOfLife,
+    /// `not yet assigned`, or a word imgbuild does not know.
+    Unassigned,
+}
+
+impl Urgency {
+    /// Reads the tracker's word; a trailing `*` (an urgency the tracker
+    /// took over from elsewhere) ranks as the word itself.
+    pub fn parse(text: &str) -> Urgency {
+        match text.trim_end_matches('*') {
+            "unimportant" => Urgency::Unimportant,
+            "low" => Urgency::Low,
+            "medium" => Urgency::Medium,
+            "high" => Urgency::High,
+            "end-of-life" => Urgency::EndOfLife,
+            _ => Urgency::Unassigned,
+        }
+    }
+
+    /// The word options and reports use (`--max-severity medium`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Urgency::Unimportant => "unimportant",
+            Urgency::Low => "low",
+            Urgency::Medium => "medium",
+            Urgency::High => "high",
+            Urgency::EndOfLife => "end-of-life",
+            Urgency::Unassigned => "unassigned",
+        }
+    }
+}
+
+impl serde::Serialize for Urgency {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+/// One issue of a source package in the release asked for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Issue {
+    pub id: String,
+    pub status: Status,
+    pub urgency: Urgency,
+    /// The first version of the source package with the fix.
+    pub fixed_version: Option<String>,
+}
+
+/// The issues of each source package asked for, by source package name.
+pub type Issues = BTreeMap<String, Vec<Issue>>;
+
+/// Which part of the export to keep.
+pub struct Wanted<'a> {
+    /// The release's code name (`bookworm`).
+    pub release: &'a str,
+    /// Source package names.
+    pub sources: &'a BTreeSet<String>,
+}
+
+/// The export could not be read; where, when the JSON says.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", describe(.line, .column, .message))]
+pub struct TrackerError {
+    pub line: usize,
+    pub column: usize,
+    pub message: String,
+}
+
+fn describe(line: &usize, column: &usize, message: &str) -> String {
+    match line {
+        0 => message.to_string(),
+        _ => format!("line {line}, column {column}: {message}"),
+    }
+}
+
+impl From<serde_json::Error> for TrackerError {
+    fn from(error: serde_json::Error) -> TrackerError {
+        let message = error.to_string();
+        // serde_json appends " at line L column C": the fields hold them.
+        let message = match message.rfind(" at line ") {
+            Some(at) if error.line() > 0 => message[..at].to_string(),
+            _ => message,
+        };
+        TrackerError {
+            line: error.line(),
+            column: error.column(),
+            message,
+        }
+    }
+}
+
+/// Reads the export from `reader`, keeping what `wanted` names.
+pub fn parse(reader: impl Read, wanted: &Wanted) -> Result<Issues, TrackerError> {
+    let mut deserializer = serde_json::Deserializer::from_reader(reader);
+    let issues = ExportSeed(wanted).deserialize(&mut deserializer)?;
+    deserializer.end()?;
+    Ok(issues)
+}
+
+/// True for `CVE-YYYY-NNNN…` and the tracker's `TEMP-NNNNNNN-XXXXXX` ids:
+/// nothing else may reach a report or a web page as an id.
+pub fn valid_id(id: &str) -> bool {
+    if let Some(rest) = id.strip_prefix("CVE-") {
+        let (year, number) = rest.split_once('-').unwrap_or(("", ""));
+        return year.len() == 4
+            && (4..=19).contains(&number.len())
+            && year.bytes().chain(number.bytes()).all(|b| b.is_ascii_digit());
+    }
+    if let Some(rest) = id.strip_prefix("TEMP-") {
+        return (1..=40).contains(&rest.len())
+            && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    }
+    false
+}
+
+struct ExportSeed<'a>(&'a Wanted<'a>);
+
+impl<'de> DeserializeSeed<'de> for ExportSeed<'_> {
+    type Value = Issues;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Issues, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ExportSeed<'_> {
+    type Value = Issues;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an object of source packages")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Issues, A::Error> {
+        let mut issues = Issues::new();
+        while let Some(source) = map.next_key::<String>()? {
+            if self.0.sources.contains(&source) {
+                let found = map.next_value_seed(PackageSeed(self.0.release))?;
+                issues.insert(source, found);
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(issues)
+    }
+}
+
+/// One source package's issues: those with an entry for the release.
+struct PackageSeed<'a>(&'a str);
+
+impl<'de> DeserializeSeed<'de> for PackageSeed<'_> {
+    type Value = Vec<Issue>;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Vec<Issue>, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for PackageSeed<'_> {
+    type Value = Vec<Issue>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an object of issues by id")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Vec<Issue>, A::Error> {
+        let mut issues = Vec::new();
+        while let Some(id) = map.next_key::<String>()? {
+            if !valid_id(&id) {
+                return Err(de::Error::custom(format!("{id:?} is not a CVE or TEMP id")));
+            }
+            let mut entry: IssueEntry = map.next_value()?;
+            if let Some(release) = entry.releases.remove(self.0) {
+                issues.push(Issue {
+                    id,
+                    status: release.status,
+                    urgency: Urgency::parse(&release.urgency),
+                    fixed_version: release.fixed_version,
+                });
+            }
+        }
+        Ok(issues)
+    }
+}
+
+/// An issue as the export has it; the fields not named here (description,
+/// scope, bug numbers, repositories) are skipped unread.
+#[derive(Deserialize)]
+struct IssueEntry {
+    #[serde(default)]
+    releases: BTreeMap<String, ReleaseEntry>,
+}
+
+#[derive(Deserialize)]
+struct ReleaseEntry {
+    status: Status,
+    fixed_version: Option<String>,
+    #[serde(default)]
+    urgency: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXPORT: &str = r#"{
+      "bash": {
+        "CVE-2022-3715": {"description": "heap overflow", "scope": "local",
+          "releases": {"bookworm": {"status": "resolved", "repositories": {"bookworm": "5.2.15-2"},
+                                    "fixed_version": "5.2.15-1", "urgency": "low"},
+                       "bullseye": {"status": "open", "urgency": "high"}}},
+        "TEMP-0000000-1B2C3D": {"releases": {"bookworm": {"status": "undetermined", "urgency": "not yet assigned"}}},
+        "CVE-2019-18276": {"releases": {"sid": {"status": "open", "urgency": "low"}}}
+      },
+      "zlib": {"CVE-2022-37434": {"releases": {"bookworm": {"status": "open", "urgency": "high"}}}},
+      "openssl": {"CVE-2024-0001": {"releases": {"bookworm": {"status": "open", "urgency": "medium**"}}}}
+    }"#;
+
+    fn wanted(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    #[test]
+    fn only_the_asked_release_of_the_asked_sources_is_kept() {
+        let sources = wanted(&["bash", "openssl", "absent"]);
+        let issues = parse(
+            EXPORT.as_bytes(),
+            &Wanted {
+                release: "bookworm",
+                sources: &sources,
+            },
+        )
+        .unwrap();
+        assert_eq!(issues.keys().collect::<Vec<_>>(), ["bash", "openssl"]);
+        let bash = &issues["bash"];
+        assert_eq!(bash.len(), 2, "sid's issue is not bookworm's: {bash:?}");
+        assert_eq!(bash[0].id, "CVE-2022-3715");
+        assert_eq!(bash[0].status, Status::Resolved);
+        assert_eq!(bash[0].urgency, Urgency::Low);
+        assert_eq!(bash[0].fixed_version.as_deref(), Some("5.2.15-1"));
+        assert_eq!(bash[1].status, Status::Undetermined);
+        assert_eq!(bash[1].urgency, Urgency::Unassigned);
+        assert_eq!(issues["openssl"][0].urgency, Urgency::Medium);
+    }
+
+    #[test]
+    fn a_broken_export_is_an_error_with_its_line() {
+        let sources = wanted(&["bash"]);
+        let wanted = Wanted {
+            release: "bookworm",
+            sources: &sources,
+        };
+        let truncated = &EXPORT[..EXPORT.len() / 2];
+        let error = parse(truncated.as_bytes(), &wanted).unwrap_err();
+        assert!(error.line > 1, "{error}");
+        assert!(
+            error
+                .to_string()
+                .starts_with(&format!("line {}, column ", error.line)),
+            "{error}"
+        );
+        let bad_status = r#"{"bash": {"CVE-2020-0001": {"releases": {"bookworm": {"status": "fixed"}}}}}"#;
+        let error = parse(bad_status.as_bytes(), &wanted).unwrap_err();
+        assert!(error.message.contains("unknown variant `fixed`"), "{error}");
+        let bad_id = r#"{"bash": {"<script>": {"releases": {}}}}"#;
+        let error = parse(bad_id.as_bytes(), &wanted).unwrap_err();
+        assert!(error.message.contains("is not a CVE or TEMP id"), "{error}");
+        let trailing = format!("{EXPORT} []");
+        assert!(parse(trailing.as_bytes(), &wanted).is_err());
+        // A package nobody asked for is skipped unread, even with a bad id.
+        let skipped = r#"{"other": {"<script>": 1}, "bash": {}}"#;
+        assert!(parse(skipped.as_bytes(), &wanted).unwrap()["bash"].is_empty());
+    }
+
+    #[test]
+    fn ids_are_cve_or_temp_ids_only() {
+        for good in [
+            "CVE-2024-1234",
+            "CVE-2021-44228",
+            "CVE-2024-1234567",
+            "TEMP-0000000-1B2C3D",
+        ] {
+            assert!(valid_id(good), "{good}");
+        }
+        for bad in [
+            "CVE-24-1234",
+            "CVE-2024-12",
+            "CVE-2024-12a4",
+            "cve-2024-1234",
+            "TEMP-",
+            "TEMP-a b",
+            "GHSA-x",
+            "",
+        ] {
+            assert!(!valid_id(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn urgencies_rank_what_cannot_be_ranked_as_the_worst() {
+        assert!(Urgency::parse("unimportant") < Urgency::parse("low"));
+        assert!(Urgency::parse("low**") < Urgency::parse("medium"));
+        assert!(Urgency::parse("high") < Urgency::parse("not yet assigned"));
+        assert_eq!(Urgency::parse("critical"), Urgency::Unassigned);
+        assert_eq!(Urgency::parse("end-of-life").as_str(), "end-of-life");
+    }
+}

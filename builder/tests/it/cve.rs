@@ -1,0 +1,132 @@
+//! `imgbuild cve` on real commits with SBOMs, against a tracker export
+//! written here in the Debian security tracker's JSON shape.
+
+use std::path::Path;
+
+use crate::diff::{TwoCommits, imgbuild, two_commits};
+
+/// v1 has bash 5.2.15-2 and libc6 2.36-9+deb12u10 (its own source).
+const EXPORT: &str = r#"{
+  "bash": {
+    "CVE-2022-3715": {"description": "x", "releases": {
+      "bookworm": {"status": "resolved", "fixed_version": "5.2.15-2+b7", "urgency": "high"},
+      "trixie": {"status": "resolved", "fixed_version": "5.2.21-1", "urgency": "high"}}},
+    "CVE-2019-18276": {"releases": {"bookworm": {"status": "open", "urgency": "low"}}},
+    "CVE-2020-0001": {"releases": {"trixie": {"status": "open", "urgency": "high"}}}
+  },
+  "libc6": {
+    "CVE-2023-4911": {"releases": {"bookworm": {"status": "resolved", "fixed_version": "2.36-9+deb12u3", "urgency": "high"}}},
+    "CVE-2010-0001": {"releases": {"bookworm": {"status": "resolved", "fixed_version": "0", "urgency": "high"}}},
+    "TEMP-0000000-2A3B4C": {"releases": {"bookworm": {"status": "undetermined", "urgency": "not yet assigned"}}}
+  },
+  "zlib": {"CVE-2022-37434": {"releases": {"bookworm": {"status": "open", "urgency": "high"}}}}
+}"#;
+
+fn cve(c: &TwoCommits, rev: &str, db: &Path, extra: &[&str]) -> std::process::Output {
+    imgbuild()
+        .args(["--json", "cve", "--repo"])
+        .arg(&c.repo)
+        .arg(rev)
+        .arg("--db")
+        .arg(db)
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+fn findings(output: &std::process::Output) -> Vec<(String, String)> {
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let list = report["findings"].as_array().unwrap();
+    list.iter()
+        .map(|f| {
+            (
+                f["id"].as_str().unwrap().to_string(),
+                f["state"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_commit_has_the_issues_its_release_and_versions_have() {
+    let c = two_commits();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("tracker.json");
+    std::fs::write(&db, EXPORT).unwrap();
+    let pair = |id: &str, state: &str| (id.to_string(), state.to_string());
+    let v1 = cve(&c, &c.v1, &db, &[]);
+    assert_eq!(
+        findings(&v1),
+        [
+            pair("TEMP-0000000-2A3B4C", "undetermined"),
+            pair("CVE-2022-3715", "affected"),
+            pair("CVE-2019-18276", "affected"),
+        ]
+    );
+    let report: serde_json::Value = serde_json::from_slice(&v1.stdout).unwrap();
+    assert_eq!(report["release"], "bookworm", "the commit's os-release names it");
+    assert_eq!(report["commit"], c.v1.as_str());
+    let sha256 = imgbuild::io::hashing::sha256_file(&db, None).unwrap();
+    assert_eq!(report["database"]["sha256"], sha256.as_str());
+    assert_eq!(report["database"]["bytes"], EXPORT.len());
+    // v2's bash 5.2.15-2+b7 has the fix.
+    let v2 = findings(&cve(&c, &c.v2, &db, &[]));
+    assert!(!v2.contains(&pair("CVE-2022-3715", "affected")), "{v2:?}");
+    assert!(v2.contains(&pair("CVE-2019-18276", "affected")), "{v2:?}");
+    // Another release, named: trixie's issues instead.
+    let trixie = findings(&cve(&c, &c.v1, &db, &["--release", "trixie"]));
+    assert_eq!(
+        trixie,
+        [
+            pair("CVE-2020-0001", "affected"),
+            pair("CVE-2022-3715", "affected")
+        ]
+    );
+    let text = imgbuild()
+        .args(["cve", "--repo"])
+        .arg(&c.repo)
+        .arg(&c.v1)
+        .arg("--db")
+        .arg(&db)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(text.contains("2 affected, 1 undetermined"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("CVE-2022-3715") && l.ends_with("fixed in 5.2.15-2+b7")),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_broken_database_or_release_is_refused_by_option() {
+    let c = two_commits();
+    let dir = tempfile::tempdir().unwrap();
+    let cut = dir.path().join("cut.json");
+    std::fs::write(&cut, &EXPORT[..EXPORT.len() / 2]).unwrap();
+    let missing = dir.path().join("missing.json");
+    let good = dir.path().join("good.json");
+    std::fs::write(&good, EXPORT).unwrap();
+    for (db, extra, option, says) in [
+        (&cut, &[][..], "--db", "line "),
+        (&missing, &[][..], "--db", "missing.json"),
+        (
+            &good,
+            &["--release", "../x"][..],
+            "--release",
+            "not a Debian code name",
+        ),
+    ] {
+        let output = cve(&c, &c.v1, db, extra);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(option) && stderr.contains(says), "{stderr}");
+        assert!(output.stdout.is_empty(), "no report on a refusal");
+    }
+}
