@@ -19,6 +19,7 @@ use emberrtos_contract::error::Refused;
 
 use crate::io::records::{self, RecordKind, StoredRecord};
 use crate::ostree as ost;
+use crate::sbom::dpkg::{parse_version, version_cmp};
 use crate::stages::commit;
 use crate::transport::trust::{Publisher, UnsignedRef};
 use crate::ui::Ui;
@@ -142,43 +143,6 @@ impl PhaseClock {
         });
         self.0 = std::time::Instant::now();
     }
-}
-
-/// A version that is not a valid Debian version.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("version {version:?} is not a valid Debian version: {reason}")]
-pub struct BadVersion {
-    pub version: String,
-    pub reason: String,
-}
-
-/// Parses a version with Debian's syntax (`[epoch:]upstream[-revision]`).
-/// The upstream part must start with a digit, as Debian policy requires:
-/// without that rule `v9` would sort after `10.0`.
-pub fn parse_version(version: &str) -> Result<debversion::Version, BadVersion> {
-    let bad = |reason: &str| BadVersion {
-        version: version.to_string(),
-        reason: reason.to_string(),
-    };
-    let parsed: debversion::Version = version
-        .parse()
-        .map_err(|e: debversion::ParseError| bad(&e.to_string()))?;
-    if !parsed.upstream_version.starts_with(|c: char| c.is_ascii_digit()) {
-        return Err(bad("the upstream version must start with a digit"));
-    }
-    if parsed.epoch.is_none() && parsed.upstream_version.contains(':') {
-        return Err(bad("a colon is allowed only after an epoch (`1:2.0`)"));
-    }
-    if parsed.debian_revision.is_none() && parsed.upstream_version.contains('-') {
-        return Err(bad("the Debian revision after the last `-` is empty"));
-    }
-    Ok(parsed)
-}
-
-/// Compares versions in Debian's order (`dpkg --compare-versions`):
-/// `2026.11.2` > `2026.11.1`, `1.10` > `1.9`, `2.1~rc1` < `2.1` < `2.1-1`.
-pub fn version_cmp(a: &str, b: &str) -> Result<std::cmp::Ordering, BadVersion> {
-    Ok(parse_version(a)?.cmp(&parse_version(b)?))
 }
 
 /// An object's path at the remote, and its file in the local repo `source`.
@@ -1006,57 +970,6 @@ pub fn objects_bytes(repo: &ostree::Repo, source: &Path, from: Option<&str>, to:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::cmp::Ordering;
-
-    fn cmp(a: &str, b: &str) -> Ordering {
-        version_cmp(a, b).unwrap()
-    }
-
-    #[test]
-    fn versions_follow_debian_order() {
-        assert_eq!(cmp("2026.11.2", "2026.11.1"), Ordering::Greater);
-        assert_eq!(cmp("1.10", "1.9"), Ordering::Greater);
-        assert_eq!(cmp("1.0", "1.0"), Ordering::Equal);
-        assert_eq!(cmp("1.0", "1.0.1"), Ordering::Less);
-        assert_eq!(cmp("2026.11.1-rc1", "2026.11.1-rc2"), Ordering::Less);
-        // A release candidate sorts before its release with `~` ...
-        assert_eq!(cmp("2.1~rc1", "2.1"), Ordering::Less);
-        assert_eq!(cmp("2.1~rc1", "2.1~rc2"), Ordering::Less);
-        // ... while `-rc1` is a Debian revision, which sorts after the bare release.
-        assert_eq!(cmp("2.1-rc1", "2.1"), Ordering::Greater);
-        assert_eq!(cmp("2.1-rc1", "2.1.1"), Ordering::Less);
-        assert_eq!(cmp("10.0", "9"), Ordering::Greater);
-        assert_eq!(cmp("1:1.0", "9.0"), Ordering::Greater);
-        assert_eq!(cmp("1.0+b1", "1.0"), Ordering::Greater);
-    }
-
-    #[test]
-    fn versions_that_are_not_debian_are_refused() {
-        for bad in [
-            "", "v9", "release", "-1", "1.0 beta", "1_0", "a:1.0", "1.0:x", "2.1/rc1", "1.0-",
-        ] {
-            let err = parse_version(bad).expect_err(bad);
-            assert_eq!(err.version, bad);
-            assert!(err.to_string().contains("not a valid Debian version"), "{err}");
-        }
-        assert!(
-            parse_version("v9")
-                .unwrap_err()
-                .reason
-                .contains("start with a digit")
-        );
-        assert!(version_cmp("10.0", "v9").is_err());
-        for good in [
-            "1",
-            "2026.11.1",
-            "2.1~rc1",
-            "2.1-rc1",
-            "1:2.0-3+b1",
-            "0.1+git20260101",
-        ] {
-            parse_version(good).expect(good);
-        }
-    }
 
     #[test]
     fn paths_match_ostree() {

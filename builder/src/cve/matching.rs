@@ -5,7 +5,7 @@ use anyhow::{Context, Result};
 
 use super::sources::InstalledSource;
 use super::tracker::{Issue, Issues, Status, Urgency};
-use crate::commands::publish::parse_version;
+use crate::sbom::dpkg::parse_version;
 
 /// Whether the installed version has the issue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

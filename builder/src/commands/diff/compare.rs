@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use crate::commands::publish::version_cmp;
+use crate::sbom::dpkg::version_cmp;
 use emberrtos_contract::tree::TreeEntry;
 
 /// A package by `(name, architecture)`, to its version.
