@@ -11,6 +11,7 @@ use clap::{ArgGroup, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use crate::cache::{Cache, remote};
 use crate::commands::config_medium::{self, MediumOptions};
 use crate::commands::{diff, publish, vm};
+use crate::cve::tracker::Urgency;
 use crate::ostree;
 use crate::pipeline::{self, PipelineReport};
 use crate::qualify;
@@ -360,6 +361,27 @@ pub struct PromoteArgs {
     /// The largest budget a PASS counts with, in microseconds.
     #[arg(long, default_value_t = 100)]
     max_budget: u64,
+    /// Refuse while the commit has a known vulnerability (affected or
+    /// undetermined) more urgent than LEVEL that no signed VEX statement
+    /// clears: unimportant, low, medium, high, end-of-life, unassigned
+    /// (`high` still refuses end-of-life and unassigned ones).
+    #[arg(long, value_name = "LEVEL", value_parser = urgency_word, requires = "cve_db")]
+    max_severity: Option<Urgency>,
+    /// The Debian security tracker's JSON export --max-severity judges by.
+    #[arg(long, value_name = "FILE", requires = "max_severity")]
+    cve_db: Option<PathBuf>,
+    /// An OpenVEX document whose statements may clear findings; it counts
+    /// only with an armored detached signature FILE.sig by --gpg-key.
+    /// Repeatable.
+    #[arg(long, value_name = "FILE", requires = "max_severity")]
+    vex: Vec<PathBuf>,
+}
+
+fn urgency_word(word: &str) -> std::result::Result<Urgency, String> {
+    Urgency::from_word(word).ok_or_else(|| {
+        let words: Vec<&str> = Urgency::ALL.iter().map(|u| u.as_str()).collect();
+        format!("not one of {}", words.join(", "))
+    })
 }
 
 #[derive(Args, Debug)]
@@ -840,12 +862,23 @@ fn run_promote(args: PromoteArgs, ui: &Ui, json: bool) -> Result<u8> {
             max_budget_us: args.max_budget,
             allow_tofu: args.allow_tofu,
         },
+        cve: match (args.max_severity, args.cve_db) {
+            (Some(max_severity), Some(db)) => Some(qualify::promote::CveGate {
+                max_severity,
+                db,
+                vex: args.vex,
+            }),
+            _ => None,
+        },
     };
     qualify::promote::promote(&request, ui, &mut |report| {
         if json {
             let _ = print_json(&serde_json::to_value(report).unwrap_or_default());
         } else {
             print!("{}", qualify::promote::render(&report.rows));
+            if let Some(cve) = &report.cve {
+                print!("{}", crate::cve::gate::render(cve));
+            }
         }
     })?;
     Ok(exit::OK)

@@ -57,6 +57,21 @@ impl Urgency {
         }
     }
 
+    /// Every urgency, least urgent first.
+    pub const ALL: [Urgency; 6] = [
+        Urgency::Unimportant,
+        Urgency::Low,
+        Urgency::Medium,
+        Urgency::High,
+        Urgency::EndOfLife,
+        Urgency::Unassigned,
+    ];
+
+    /// The urgency [`as_str`](Urgency::as_str) spells `word`, exactly.
+    pub fn from_word(word: &str) -> Option<Urgency> {
+        Urgency::ALL.into_iter().find(|u| u.as_str() == word)
+    }
+
     /// The word options and reports use (`--max-severity medium`).
     pub fn as_str(self) -> &'static str {
         match self {
@@ -342,5 +357,14 @@ mod tests {
         assert!(Urgency::parse("high") < Urgency::parse("not yet assigned"));
         assert_eq!(Urgency::parse("critical"), Urgency::Unassigned);
         assert_eq!(Urgency::parse("end-of-life").as_str(), "end-of-life");
+        for urgency in Urgency::ALL {
+            assert_eq!(Urgency::from_word(urgency.as_str()), Some(urgency));
+        }
+        assert!(Urgency::ALL.is_sorted());
+        assert_eq!(
+            Urgency::from_word("not yet assigned"),
+            None,
+            "options take the report's words"
+        );
     }
 }

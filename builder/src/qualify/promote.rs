@@ -13,6 +13,8 @@ use serde::Serialize;
 use super::record::{self, Record};
 use super::ssh::Established;
 use super::{clean, expected_kernel, short};
+use crate::cve::gate::{self, GateReport};
+use crate::cve::tracker::Urgency;
 use crate::io::gpg::{self, Verification};
 use crate::io::hashing::sha256_hex;
 use crate::io::records::{self, RecordKind, StoredRecord};
@@ -33,6 +35,15 @@ pub struct PromoteRequest {
     /// Distinct platforms that must have a PASS, `--require`d ones included.
     pub min_platforms: usize,
     pub policy: Policy,
+    /// The known-vulnerability gate, when asked for.
+    pub cve: Option<CveGate>,
+}
+
+/// `--max-severity LEVEL --cve-db FILE [--vex FILE]…`.
+pub struct CveGate {
+    pub max_severity: Urgency,
+    pub db: PathBuf,
+    pub vex: Vec<PathBuf>,
 }
 
 /// One record as promote judged it; `why` is `None` when it counts.
@@ -68,6 +79,8 @@ pub struct PromoteReport {
     /// Set when the ref moved.
     pub promotion: Option<PathBuf>,
     pub previous: Option<String>,
+    /// The known-vulnerability gate's judgement, when asked for.
+    pub cve: Option<GateReport>,
 }
 
 /// What a PASS must have been measured against to count.
@@ -282,6 +295,10 @@ pub fn promote(
     );
     let rows = judge_all(request, &commit, &signer)?;
     let repository = ostree::open(&request.repo)?;
+    let cve = match &request.cve {
+        Some(asked) => Some(judge_cve(&repository, asked, &commit, &signer, homedir)?),
+        None => None,
+    };
     let mut report = PromoteReport {
         commit: commit.clone(),
         arch: expected.arch,
@@ -290,9 +307,13 @@ pub fn promote(
         rows,
         promotion: None,
         previous: ostree::resolve(&repository, &request.to)?,
+        cve,
     };
-    let decision = decide(&report.rows, &request.require, request.min_platforms);
-    if let Err(problems) = decision {
+    let mut problems = decide(&report.rows, &request.require, request.min_platforms)
+        .err()
+        .unwrap_or_default();
+    problems.extend(report.cve.iter().flat_map(gate::reasons));
+    if !problems.is_empty() {
         on_rows(&report);
         return Err(Refused {
             stage: "promote".into(),
@@ -309,6 +330,28 @@ pub fn promote(
     report.promotion = Some(promotion);
     on_rows(&report);
     Ok(report)
+}
+
+/// The commit's known vulnerabilities, read again from the commit and the
+/// export, against the limit and the authentic VEX documents.
+fn judge_cve(
+    repo: &::ostree::Repo,
+    asked: &CveGate,
+    commit: &str,
+    signer: &str,
+    homedir: Option<&std::path::Path>,
+) -> Result<GateReport> {
+    let db = crate::cve::TrackerFile {
+        path: &asked.db,
+        option: "--cve-db",
+    };
+    let report = crate::cve::report_of_commit(repo, commit, db, None)?;
+    let documents = asked
+        .vex
+        .iter()
+        .map(|path| gate::load_vex(path, signer, homedir))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(gate::judge(report, asked.max_severity, documents))
 }
 
 fn judge_all(request: &PromoteRequest, commit: &str, signer: &str) -> Result<Vec<Row>> {
@@ -357,6 +400,7 @@ fn write_promotion(request: &PromoteRequest, report: &PromoteReport) -> Result<P
         "allow-tofu": request.policy.allow_tofu,
         "records": counted,
         "judged": report.rows,
+        "cve": report.cve,
         "promoted": record::rfc3339(now),
         "operator-host": super::operator_host(),
         "imgbuild-version": env!("CARGO_PKG_VERSION"),

@@ -19,7 +19,7 @@ pub(crate) fn imgbuild() -> BinCommand {
     BinCommand::cargo_bin("imgbuild").unwrap()
 }
 
-const STATUS_V1: &str = "Package: bash\nStatus: install ok installed\nArchitecture: amd64\nVersion: 5.2.15-2\n\n\
+pub(crate) const STATUS_V1: &str = "Package: bash\nStatus: install ok installed\nArchitecture: amd64\nVersion: 5.2.15-2\n\n\
 Package: libc6\nStatus: install ok installed\nArchitecture: amd64\nVersion: 2.36-9+deb12u10\n\n\
 Package: gone\nStatus: install ok installed\nArchitecture: all\nVersion: 1.0\n";
 const STATUS_V2: &str = "Package: bash\nStatus: install ok installed\nArchitecture: amd64\nVersion: 5.2.15-2+b7\n\n\
@@ -33,7 +33,7 @@ fn write(tree: &Path, rel: &str, data: &[u8]) {
 }
 
 /// A tree with a dpkg status, a kernel and the two shipped binaries.
-fn tree(dir: &Path, name: &str, status: &str, sysctl: &str, config_extra: &str) -> PathBuf {
+pub(crate) fn tree(dir: &Path, name: &str, status: &str, sysctl: &str, config_extra: &str) -> PathBuf {
     let tree = dir.join(name);
     Kernel::Rt.install(&tree);
     let config = format!("{}{config_extra}", Kernel::Rt.config());
@@ -62,7 +62,7 @@ fn file_sha256(path: &Path) -> String {
     imgbuild::io::hashing::sha256_file(path, None).unwrap()
 }
 
-fn commit_with_sbom(repo: &Path, tree: &Path, kargs: &[String]) -> String {
+pub(crate) fn commit_with_sbom(repo: &Path, tree: &Path, kargs: &[String]) -> String {
     let facts = sbom::image::BuildFacts {
         name: "emberrtos",
         version: "2026.12.1",

@@ -164,14 +164,21 @@ fn proven_commit(dir: &Path, key: Option<&GpgKey>) -> (PathBuf, String) {
         1_764_460_800,
     )
     .unwrap();
+    prove(&repo, &out.checksum, key);
+    (repo, out.checksum)
+}
+
+/// Tags `commit` on [`REF`] through the RT gate with boot evidence taken on
+/// its kernel (signed by `key` when given).
+fn prove(repo: &Path, commit: &str, key: Option<&GpgKey>) {
     let mut boot = rtcheck::evidence::check_running_kernel(Kernel::Rt.uts(), Some(Kernel::Rt.config()));
     boot.release = Some(RELEASE.into());
     boot.medium_sha256 = Some("1".repeat(64));
     let required = required_checks(true, true);
     tag(&TagRequest {
-        repo: &repo,
+        repo,
         ref_name: REF,
-        commit: &out.checksum,
+        commit,
         flavor: Flavor::Rt,
         required: &required,
         boot_evidence: Some(&boot),
@@ -180,8 +187,7 @@ fn proven_commit(dir: &Path, key: Option<&GpgKey>) -> (PathBuf, String) {
     })
     .unwrap();
     // What every RT consumer asks: the commit is a proven RT build on REF.
-    imgbuild::stages::verify::gate_commit_for_ref(&ost::open(&repo).unwrap(), REF, &out.checksum).unwrap();
-    (repo, out.checksum)
+    imgbuild::stages::verify::gate_commit_for_ref(&ost::open(repo).unwrap(), REF, commit).unwrap();
 }
 
 /// A PREEMPT_DYNAMIC kernel under an rt ref, the ref forced past the gate
@@ -2041,4 +2047,168 @@ fn promote_refuses_to_count_a_tofu_record_without_allow_tofu() {
     for how in ["pinned", "trust-on-first-use", "not stated"] {
         assert!(established.contains(&how), "{how}: {doc:#}");
     }
+}
+
+// ---------------------------------------------------------------------------
+// The known-vulnerability gate: --max-severity, the tracker export, signed VEX
+// ---------------------------------------------------------------------------
+
+/// The commit has bash 5.2.15-2 and libc6 2.36-9+deb12u10 (its own source).
+const TRACKER: &str = r#"{
+  "bash": {"CVE-2019-18276": {"releases": {"bookworm": {"status": "open", "urgency": "medium"}}}},
+  "libc6": {
+    "CVE-2023-4911": {"releases": {"bookworm": {"status": "resolved", "fixed_version": "2.36-9+deb12u11", "urgency": "high"}}},
+    "TEMP-0000000-AAAAAA": {"releases": {"bookworm": {"status": "undetermined", "urgency": "not yet assigned"}}}
+  },
+  "gone": {"CVE-2020-0002": {"releases": {"bookworm": {"status": "open", "urgency": "low"}}}}
+}"#;
+
+/// An OpenVEX document saying libc6 is not affected by `id`.
+fn vex_clearing(id: &str) -> Value {
+    json!({
+        "@context": "https://openvex.dev/ns/v0.2.0",
+        "@id": format!("https://emberrtos.example/vex/{id}"),
+        "author": "EmberRTOS security",
+        "timestamp": "2026-12-01T00:00:00Z",
+        "version": 1,
+        "statements": [{
+            "vulnerability": {"name": id},
+            "products": [{"@id": "pkg:deb/debian/libc6@2.36-9%2Bdeb12u10"}],
+            "status": "not_affected",
+            "justification": "vulnerable_code_not_in_execute_path"
+        }]
+    })
+}
+
+#[test]
+fn promote_refuses_known_vulnerabilities_above_the_limit_until_signed_vex_clears_them() {
+    let dir = tempfile::Builder::new()
+        .prefix("promote-cve")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let key = GpgKey::generate("qualifier");
+    let intruder = key.add_key("intruder");
+    let repo = dir.path().join("repo");
+    let tree = crate::diff::tree(dir.path(), "tree", crate::diff::STATUS_V1, "kernel.a = 1\n", "");
+    let commit = crate::diff::commit_with_sbom(&repo, &tree, &[]);
+    prove(&repo, &commit, None);
+    let records = repo.join("qualifications").join(&commit);
+    let (home, me) = (key.home.path(), key.fingerprint.as_str());
+    for hw in ["hw-a", "hw-b"] {
+        write_record(
+            &records,
+            &format!("{hw}-pass"),
+            &record(&commit, hw, "PASS", 40),
+            home,
+            me,
+        );
+    }
+    let db = dir.path().join("tracker.json");
+    std::fs::write(&db, TRACKER).unwrap();
+    let vex_dir = dir.path().join("vex");
+    let db_args = ["--max-severity", "medium", "--cve-db", path_str(&db)];
+    let gated = |vex: &[&Path]| {
+        let mut extra: Vec<&str> = db_args.to_vec();
+        for path in vex {
+            extra.extend(["--vex", path_str(path)]);
+        }
+        promote(&repo, &key, &extra)
+    };
+    let refused_for = |out: &Output, ids: &[&str]| {
+        assert_exit(out, 3);
+        let said = stderr(out);
+        for id in ["CVE-2023-4911", "TEMP-0000000-AAAAAA"] {
+            assert_eq!(said.contains(id), ids.contains(&id), "{id}: {}", text(out));
+        }
+        assert!(
+            !said.contains("CVE-2019-18276"),
+            "medium is within the limit: {said}"
+        );
+        assert_eq!(resolve(&repo, STABLE), None, "the ref moved");
+    };
+
+    // Usage: the limit needs the export, and a level it knows.
+    assert_exit(&promote(&repo, &key, &["--max-severity", "medium"]), 2);
+    let severe = promote(
+        &repo,
+        &key,
+        &["--max-severity", "severe", "--cve-db", path_str(&db)],
+    );
+    assert_exit(&severe, 2);
+    assert!(stderr(&severe).contains("unassigned"), "{}", text(&severe));
+
+    // Two PASS platforms, but a high and an unassigned issue.
+    let out = gated(&[]);
+    refused_for(&out, &["CVE-2023-4911", "TEMP-0000000-AAAAAA"]);
+    assert!(
+        stderr(&out).contains(
+            "CVE-2023-4911 (high, above --max-severity medium) in libc6 2.36-9+deb12u10: affected, fixed in 2.36-9+deb12u11"
+        ),
+        "{}",
+        text(&out)
+    );
+
+    // Unsigned, and signed by another key: listed as ignored, clearing nothing.
+    let unsigned = write_record(&vex_dir, "unsigned", &vex_clearing("CVE-2023-4911"), home, me);
+    std::fs::remove_file(sig_of(&unsigned)).unwrap();
+    let foreign = write_record(
+        &vex_dir,
+        "foreign",
+        &vex_clearing("CVE-2023-4911"),
+        home,
+        &intruder,
+    );
+    let out = gated(&[&unsigned, &foreign]);
+    refused_for(&out, &["CVE-2023-4911", "TEMP-0000000-AAAAAA"]);
+    assert!(
+        stdout(&out).contains("unsigned.json: no signature"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        stdout(&out).contains("foreign.json: not signed by the promotion's key"),
+        "{}",
+        text(&out)
+    );
+
+    // Signed by the key: it clears its issue only.
+    let high = write_record(&vex_dir, "high", &vex_clearing("CVE-2023-4911"), home, me);
+    let out = gated(&[&high]);
+    refused_for(&out, &["TEMP-0000000-AAAAAA"]);
+    assert!(
+        stdout(&out).contains("cleared  CVE-2023-4911 in libc6"),
+        "{}",
+        text(&out)
+    );
+
+    let temp = write_record(&vex_dir, "temp", &vex_clearing("TEMP-0000000-AAAAAA"), home, me);
+    let out = promote(
+        &repo,
+        &key,
+        &[
+            "--json",
+            "--max-severity",
+            "medium",
+            "--cve-db",
+            path_str(&db),
+            "--vex",
+            path_str(&high),
+            "--vex",
+            path_str(&temp),
+        ],
+    );
+    assert_exit(&out, 0);
+    assert_eq!(resolve(&repo, STABLE).as_deref(), Some(commit.as_str()));
+    let promotions = files_under(&repo.join("promotions"));
+    let promotion = json_files(&promotions)[0];
+    let promotion: Value = serde_json::from_slice(&std::fs::read(promotion).unwrap()).unwrap();
+    let cve = &promotion["cve"];
+    assert_eq!(cve["max-severity"], "medium");
+    assert_eq!(cve["blocking"], json!([]));
+    assert_eq!(cve["cleared"].as_array().unwrap().len(), 2, "{cve}");
+    assert_eq!(cve["database"]["sha256"], sha256_hex(TRACKER.as_bytes()));
+    assert_eq!(
+        cve["vex"][0]["sha256"],
+        sha256_hex(&std::fs::read(&high).unwrap())
+    );
 }

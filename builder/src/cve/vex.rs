@@ -1,0 +1,263 @@
+//! OpenVEX documents (`https://openvex.dev/ns/v0.2.0`): statements that a
+//! vulnerability does not affect, or is fixed in, a product; read and
+//! matched against findings (pure). Products are Debian source packages by
+//! purl, `pkg:deb/debian/SOURCE` or `pkg:deb/debian/SOURCE@VERSION` (the
+//! source version `imgbuild cve` prints); other products match nothing.
+
+use serde::Deserialize;
+
+use super::matching::Finding;
+
+/// A statement's status, as OpenVEX spells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VexStatus {
+    NotAffected,
+    Affected,
+    Fixed,
+    UnderInvestigation,
+}
+
+impl VexStatus {
+    /// Whether the statement takes the finding off the gate.
+    pub fn clears(self) -> bool {
+        matches!(self, VexStatus::NotAffected | VexStatus::Fixed)
+    }
+}
+
+/// A Debian source package a statement names, at one version or any.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DebianSource {
+    pub name: String,
+    pub version: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Statement {
+    pub vulnerability: String,
+    pub products: Vec<DebianSource>,
+    pub status: VexStatus,
+    /// The justification, else the impact statement, of `not_affected`.
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum VexError {
+    #[error("not OpenVEX JSON: {0}")]
+    Syntax(String),
+    #[error("@context {0:?} is not OpenVEX's (https://openvex.dev/ns/…)")]
+    Context(String),
+    #[error("no statements")]
+    Empty,
+    #[error("statement {index} ({vulnerability}): not_affected needs a justification or an impact_statement")]
+    Unjustified { index: usize, vulnerability: String },
+}
+
+#[derive(Deserialize)]
+struct RawDocument {
+    #[serde(rename = "@context")]
+    context: String,
+    statements: Vec<RawStatement>,
+}
+
+#[derive(Deserialize)]
+struct RawStatement {
+    vulnerability: RawVulnerability,
+    #[serde(default)]
+    products: Vec<RawProduct>,
+    status: VexStatus,
+    justification: Option<String>,
+    impact_statement: Option<String>,
+}
+
+/// v0.2.0 has `{"name": ID}`; earlier versions the id alone.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawVulnerability {
+    Named { name: String },
+    Id(String),
+}
+
+#[derive(Deserialize)]
+struct RawProduct {
+    #[serde(rename = "@id")]
+    id: String,
+}
+
+/// Reads an OpenVEX document; any statement it cannot take makes the whole
+/// document refused, so a half-read document never clears anything.
+pub fn parse(text: &str) -> Result<Vec<Statement>, VexError> {
+    let raw: RawDocument = serde_json::from_str(text).map_err(|e| VexError::Syntax(e.to_string()))?;
+    if !raw.context.starts_with("https://openvex.dev/ns") {
+        return Err(VexError::Context(raw.context));
+    }
+    if raw.statements.is_empty() {
+        return Err(VexError::Empty);
+    }
+    raw.statements
+        .into_iter()
+        .enumerate()
+        .map(|(index, statement)| statement_of(index, statement))
+        .collect()
+}
+
+fn statement_of(index: usize, raw: RawStatement) -> Result<Statement, VexError> {
+    let vulnerability = match raw.vulnerability {
+        RawVulnerability::Named { name } | RawVulnerability::Id(name) => name,
+    };
+    let reason = raw.justification.or(raw.impact_statement);
+    if raw.status == VexStatus::NotAffected && reason.is_none() {
+        return Err(VexError::Unjustified { index, vulnerability });
+    }
+    Ok(Statement {
+        vulnerability,
+        products: raw.products.iter().filter_map(|p| debian_source(&p.id)).collect(),
+        status: raw.status,
+        reason,
+    })
+}
+
+/// `pkg:deb/debian/NAME[@VERSION][?…][#…]`, the version percent-decoded.
+pub fn debian_source(purl: &str) -> Option<DebianSource> {
+    let rest = purl.strip_prefix("pkg:deb/debian/")?;
+    let rest = rest.split(['?', '#']).next().unwrap_or_default();
+    let (name, version) = match rest.split_once('@') {
+        Some((name, version)) => (name, Some(percent_decode(version)?)),
+        None => (rest, None),
+    };
+    crate::sbom::dpkg::valid_name("Source", name).then(|| DebianSource {
+        name: name.to_string(),
+        version,
+    })
+}
+
+fn percent_decode(text: &str) -> Option<String> {
+    let mut bytes = Vec::with_capacity(text.len());
+    let mut rest = text.as_bytes();
+    while let Some((&first, tail)) = rest.split_first() {
+        if first == b'%' {
+            let hex = std::str::from_utf8(tail.get(..2)?).ok()?;
+            bytes.push(u8::from_str_radix(hex, 16).ok()?);
+            rest = &tail[2..];
+        } else {
+            bytes.push(first);
+            rest = tail;
+        }
+    }
+    String::from_utf8(bytes).ok()
+}
+
+/// The first statement of `statements` that clears `finding`: its id, a
+/// product naming its source package (at its installed version, if a
+/// version is given), and `not_affected` or `fixed`.
+pub fn clearing<'a>(statements: &'a [Statement], finding: &Finding) -> Option<&'a Statement> {
+    statements.iter().find(|statement| {
+        statement.status.clears()
+            && statement.vulnerability == finding.id
+            && statement.products.iter().any(|product| {
+                product.name == finding.source
+                    && product
+                        .version
+                        .as_ref()
+                        .is_none_or(|v| *v == finding.installed_version)
+            })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cve::matching::State;
+    use crate::cve::tracker::Urgency;
+
+    const DOCUMENT: &str = r#"{
+      "@context": "https://openvex.dev/ns/v0.2.0",
+      "@id": "https://emberrtos.example/vex/1",
+      "author": "EmberRTOS security",
+      "timestamp": "2026-12-01T00:00:00Z",
+      "version": 1,
+      "statements": [
+        {"vulnerability": {"name": "CVE-2023-4911"},
+         "products": [{"@id": "pkg:deb/debian/glibc@2.36-9%2Bdeb12u10?arch=source"}],
+         "status": "not_affected", "justification": "vulnerable_code_not_in_execute_path"},
+        {"vulnerability": "CVE-2019-18276", "products": [{"@id": "pkg:deb/debian/bash"}],
+         "status": "affected", "action_statement": "none"},
+        {"vulnerability": {"name": "CVE-2022-0001"},
+         "products": [{"@id": "pkg:oci/other"}, {"@id": "pkg:deb/debian/zlib"}],
+         "status": "fixed"}
+      ]
+    }"#;
+
+    fn finding(id: &str, source: &str, version: &str) -> Finding {
+        Finding {
+            id: id.into(),
+            source: source.into(),
+            installed_version: version.into(),
+            binaries: vec![],
+            state: State::Affected,
+            urgency: Urgency::High,
+            fixed_version: None,
+        }
+    }
+
+    #[test]
+    fn statements_clear_their_source_at_their_version() {
+        let statements = parse(DOCUMENT).unwrap();
+        assert_eq!(statements.len(), 3);
+        assert_eq!(
+            statements[2].products.len(),
+            1,
+            "the OCI product is not a Debian source"
+        );
+        let glibc = finding("CVE-2023-4911", "glibc", "2.36-9+deb12u10");
+        let cleared = clearing(&statements, &glibc).unwrap();
+        assert_eq!(
+            cleared.reason.as_deref(),
+            Some("vulnerable_code_not_in_execute_path")
+        );
+        let newer = finding("CVE-2023-4911", "glibc", "2.36-9+deb12u11");
+        assert!(clearing(&statements, &newer).is_none(), "another version");
+        let other_id = finding("CVE-2023-4912", "glibc", "2.36-9+deb12u10");
+        assert!(clearing(&statements, &other_id).is_none());
+        let bash = finding("CVE-2019-18276", "bash", "5.2.15-2");
+        assert!(clearing(&statements, &bash).is_none(), "affected clears nothing");
+        assert!(clearing(&statements, &finding("CVE-2022-0001", "zlib", "1:1.2.13")).is_some());
+    }
+
+    #[test]
+    fn a_document_it_cannot_take_whole_is_refused() {
+        assert!(matches!(parse("{"), Err(VexError::Syntax(_))));
+        let context = DOCUMENT.replace("https://openvex.dev/ns/v0.2.0", "https://example.org/ns");
+        assert!(matches!(parse(&context), Err(VexError::Context(_))));
+        let unjustified = DOCUMENT.replace(r#", "justification": "vulnerable_code_not_in_execute_path""#, "");
+        assert_eq!(
+            parse(&unjustified),
+            Err(VexError::Unjustified {
+                index: 0,
+                vulnerability: "CVE-2023-4911".into()
+            })
+        );
+        let unknown_status = DOCUMENT.replace(r#""status": "fixed""#, r#""status": "wontfix""#);
+        assert!(matches!(parse(&unknown_status), Err(VexError::Syntax(_))));
+        let empty = r#"{"@context": "https://openvex.dev/ns/v0.2.0", "statements": []}"#;
+        assert_eq!(parse(empty), Err(VexError::Empty));
+    }
+
+    #[test]
+    fn debian_purls_name_a_source_and_maybe_a_version() {
+        let epoch = debian_source("pkg:deb/debian/zlib@1%3A1.2.13.dfsg-1?arch=source").unwrap();
+        assert_eq!(
+            (epoch.name.as_str(), epoch.version.as_deref()),
+            ("zlib", Some("1:1.2.13.dfsg-1"))
+        );
+        assert_eq!(debian_source("pkg:deb/debian/bash").unwrap().version, None);
+        for bad in [
+            "pkg:deb/ubuntu/bash",
+            "pkg:deb/debian/Bash",
+            "pkg:deb/debian/bash@1%zz",
+            "bash",
+        ] {
+            assert_eq!(debian_source(bad), None, "{bad}");
+        }
+    }
+}
