@@ -362,14 +362,17 @@ pub struct PromoteArgs {
     #[arg(long, default_value_t = 100)]
     max_budget: u64,
     /// Refuse while the commit has a known vulnerability (affected or
-    /// undetermined) more urgent than LEVEL that no signed VEX statement
-    /// clears: unimportant, low, medium, high, end-of-life, unassigned
-    /// (`high` still refuses end-of-life and unassigned ones).
+    /// undetermined) at or above LEVEL that no signed VEX statement clears:
+    /// unimportant, low, medium, high, end-of-life, unassigned (`high` also
+    /// refuses end-of-life and unassigned ones).
     #[arg(long, value_name = "LEVEL", value_parser = urgency_word, requires = "cve_db")]
     max_severity: Option<Urgency>,
     /// The Debian security tracker's JSON export --max-severity judges by.
     #[arg(long, value_name = "FILE", requires = "max_severity")]
     cve_db: Option<PathBuf>,
+    /// Refuse an export written more than DAYS days ago.
+    #[arg(long, value_name = "DAYS", requires = "max_severity")]
+    max_age: Option<u64>,
     /// An OpenVEX document whose statements may clear findings; it counts
     /// only with an armored detached signature FILE.sig by --gpg-key.
     /// Repeatable.
@@ -571,7 +574,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Publish(args) => run_publish(args, &ui, cli.json),
         Command::Inspect(args) => run_inspect(args, cli.json),
         Command::Diff(args) => run_diff(args, cli.json),
-        Command::Cve(args) => run_cve(args, cli.json),
+        Command::Cve(args) => run_cve(args, &ui, cli.json),
         Command::ConfigMedium(args) => run_config_medium(args, cli.json),
         Command::Vm(args) => run_vm(args, &ui, cli.json),
         Command::Disk(args) => run_disk(args, &ui, cli.json),
@@ -799,8 +802,8 @@ fn run_diff(args: DiffArgs, json: bool) -> Result<u8> {
     Ok(exit::OK)
 }
 
-fn run_cve(args: crate::commands::cve::CveArgs, json: bool) -> Result<u8> {
-    let report = crate::commands::cve::run(args)?;
+fn run_cve(args: crate::commands::cve::CveArgs, ui: &Ui, json: bool) -> Result<u8> {
+    let report = crate::commands::cve::run(args, ui)?;
     if json {
         print_json(&serde_json::to_value(&report)?)?;
     } else {
@@ -866,6 +869,7 @@ fn run_promote(args: PromoteArgs, ui: &Ui, json: bool) -> Result<u8> {
             (Some(max_severity), Some(db)) => Some(qualify::promote::CveGate {
                 max_severity,
                 db,
+                max_age: args.max_age,
                 vex: args.vex,
             }),
             _ => None,

@@ -1,5 +1,5 @@
 //! `imgbuild cve`: a commit's known vulnerabilities, from its SBOM and the
-//! Debian security tracker's JSON export.
+//! Debian security tracker's JSON export, less what signed VEX clears.
 
 use std::path::PathBuf;
 
@@ -9,6 +9,8 @@ use emberrtos_contract::error::BadInput;
 
 use crate::cve::report::Report;
 use crate::cve::{TrackerFile, sources};
+use crate::io::gpg;
+use crate::ui::Ui;
 
 #[derive(Args, Debug)]
 pub struct CveArgs {
@@ -25,10 +27,24 @@ pub struct CveArgs {
     /// The Debian release to match [default: the commit's VERSION_CODENAME].
     #[arg(long, value_name = "CODENAME")]
     release: Option<String>,
+    /// Fail when the export was written more than DAYS days ago (without
+    /// it, more than 7 days is a warning).
+    #[arg(long, value_name = "DAYS")]
+    max_age: Option<u64>,
+    /// An OpenVEX document whose statements clear findings; it counts only
+    /// with an armored detached signature FILE.sig by --gpg-key. Repeatable.
+    #[arg(long, value_name = "FILE", requires = "gpg_key")]
+    vex: Vec<PathBuf>,
+    /// The key VEX documents must be signed by.
+    #[arg(long, value_name = "KEYID")]
+    gpg_key: Option<String>,
+    /// The GnuPG home holding that key [default: $GNUPGHOME, else ~/.gnupg].
+    #[arg(long, value_name = "DIR")]
+    gpg_homedir: Option<PathBuf>,
 }
 
 /// The report of the commit `args` names.
-pub fn run(args: CveArgs) -> Result<Report> {
+pub fn run(args: CveArgs, ui: &Ui) -> Result<Report> {
     if let Some(name) = args
         .release
         .as_deref()
@@ -41,5 +57,19 @@ pub fn run(args: CveArgs) -> Result<Report> {
         path: &args.db,
         option: "--db",
     };
-    crate::cve::report_of_commit(&repo, &args.rev, db, args.release.as_deref())
+    let mut report = crate::cve::report_of_commit(&repo, &args.rev, db, args.release.as_deref())?;
+    if let Some(warning) = crate::cve::check_age(&report.database, args.max_age)? {
+        ui.warn(warning);
+    }
+    if let Some(key) = &args.gpg_key {
+        let homedir = args.gpg_homedir.as_deref();
+        let signer = gpg::primary_fingerprint(key, homedir)?;
+        let documents = args
+            .vex
+            .iter()
+            .map(|path| crate::cve::load_vex(path, "--vex", &signer, homedir))
+            .collect::<Result<Vec<_>>>()?;
+        report.clear_with(documents);
+    }
+    Ok(report)
 }

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use super::matching::{Finding, State};
+use super::vex::{self, Cleared, LoadedVex, VexDocument};
 
 /// The tracker export a report was made from.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -13,6 +14,10 @@ pub struct Database {
     pub path: String,
     pub sha256: String,
     pub bytes: u64,
+    /// When the file was last written (UTC): the data's date.
+    pub modified: String,
+    /// Whole days since then.
+    pub age_days: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -26,6 +31,9 @@ pub struct Report {
     /// Findings by state and urgency: `{"affected": {"high": 2}}`.
     pub counts: BTreeMap<&'static str, BTreeMap<&'static str, usize>>,
     pub findings: Vec<Finding>,
+    /// Findings an authentic VEX statement cleared (not in `findings`).
+    pub cleared: Vec<Cleared>,
+    pub vex: Vec<VexDocument>,
 }
 
 impl Report {
@@ -36,21 +44,58 @@ impl Report {
         source_packages: usize,
         findings: Vec<Finding>,
     ) -> Report {
-        let mut counts: BTreeMap<&'static str, BTreeMap<&'static str, usize>> = BTreeMap::new();
-        for finding in &findings {
-            *counts
-                .entry(finding.state.as_str())
-                .or_default()
-                .entry(finding.urgency.as_str())
-                .or_default() += 1;
-        }
         Report {
             commit,
             release,
             database,
             source_packages,
-            counts,
+            counts: counts(&findings),
             findings,
+            cleared: Vec::new(),
+            vex: Vec::new(),
+        }
+    }
+
+    /// Moves the findings the documents' statements clear to `cleared`.
+    pub fn clear_with(&mut self, documents: Vec<LoadedVex>) {
+        let (left, cleared) = vex::apply(std::mem::take(&mut self.findings), &documents);
+        self.counts = counts(&left);
+        self.findings = left;
+        self.cleared.extend(cleared);
+        self.vex
+            .extend(documents.into_iter().map(|loaded| loaded.document));
+    }
+}
+
+fn counts(findings: &[Finding]) -> BTreeMap<&'static str, BTreeMap<&'static str, usize>> {
+    let mut counts: BTreeMap<&'static str, BTreeMap<&'static str, usize>> = BTreeMap::new();
+    for finding in findings {
+        *counts
+            .entry(finding.state.as_str())
+            .or_default()
+            .entry(finding.urgency.as_str())
+            .or_default() += 1;
+    }
+    counts
+}
+
+/// The lines for cleared findings and ignored VEX documents.
+pub fn render_vex(out: &mut String, cleared: &[Cleared], documents: &[VexDocument]) {
+    for cleared in cleared {
+        let _ = writeln!(
+            out,
+            "  cleared  {} in {} {}: {} ({}) by {}",
+            cleared.id,
+            cleared.source,
+            cleared.installed_version,
+            cleared.status.as_str(),
+            cleared.reason.as_deref().unwrap_or("-"),
+            cleared.vex
+        );
+    }
+    for document in documents {
+        if let Some(why) = &document.ignored {
+            let _ = writeln!(out, "  ignored  {}: {why}", document.path);
         }
     }
 }
@@ -64,15 +109,16 @@ pub fn render(report: &Report) -> String {
     let _ = writeln!(out, "release  Debian {}", report.release);
     let _ = writeln!(
         out,
-        "database {} ({}, {} bytes, sha256 {})",
-        db.path, db.format, db.bytes, db.sha256
+        "database {} ({}, {} bytes, sha256 {}, written {})",
+        db.path, db.format, db.bytes, db.sha256, db.modified
     );
     let _ = writeln!(
         out,
-        "checked  {} source packages: {} affected, {} undetermined",
+        "checked  {} source packages: {} affected, {} undetermined, {} cleared by VEX",
         report.source_packages,
         count(State::Affected),
-        count(State::Undetermined)
+        count(State::Undetermined),
+        report.cleared.len()
     );
     for finding in &report.findings {
         let state = match (&finding.state, &finding.fixed_version) {
@@ -89,6 +135,7 @@ pub fn render(report: &Report) -> String {
             installed
         );
     }
+    render_vex(&mut out, &report.cleared, &report.vex);
     out
 }
 
@@ -118,13 +165,15 @@ mod tests {
             path: "db.json".into(),
             sha256: "ab".repeat(32),
             bytes: 42,
+            modified: "2026-12-01T00:00:00Z".into(),
+            age_days: 0,
         };
         let report = Report::new("c0".repeat(32), "bookworm".into(), database, 7, findings);
         assert_eq!(report.counts["affected"]["low"], 1);
         assert_eq!(report.counts["undetermined"]["low"], 1);
         let text = render(&report);
         assert!(
-            text.contains("checked  7 source packages: 2 affected, 1 undetermined"),
+            text.contains("checked  7 source packages: 2 affected, 1 undetermined, 0 cleared by VEX"),
             "{text}"
         );
         assert!(

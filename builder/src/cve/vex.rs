@@ -9,8 +9,7 @@ use serde::Deserialize;
 use super::matching::Finding;
 
 /// A statement's status, as OpenVEX spells it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum VexStatus {
     NotAffected,
     Affected,
@@ -19,10 +18,98 @@ pub enum VexStatus {
 }
 
 impl VexStatus {
+    const ALL: [VexStatus; 4] = [
+        VexStatus::NotAffected,
+        VexStatus::Affected,
+        VexStatus::Fixed,
+        VexStatus::UnderInvestigation,
+    ];
+
+    /// OpenVEX's word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VexStatus::NotAffected => "not_affected",
+            VexStatus::Affected => "affected",
+            VexStatus::Fixed => "fixed",
+            VexStatus::UnderInvestigation => "under_investigation",
+        }
+    }
+
     /// Whether the statement takes the finding off the gate.
     pub fn clears(self) -> bool {
         matches!(self, VexStatus::NotAffected | VexStatus::Fixed)
     }
+}
+
+impl serde::Serialize for VexStatus {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for VexStatus {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let word = String::deserialize(deserializer)?;
+        VexStatus::ALL
+            .into_iter()
+            .find(|status| status.as_str() == word)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown status {word:?}")))
+    }
+}
+
+/// One VEX document as a report or gate took it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct VexDocument {
+    pub path: String,
+    pub sha256: String,
+    /// Why its statements count for nothing; `None` when they count.
+    pub ignored: Option<String>,
+}
+
+/// A document, with its statements when it is authentic and readable.
+pub struct LoadedVex {
+    pub document: VexDocument,
+    pub statements: Vec<Statement>,
+}
+
+/// A finding a statement cleared.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Cleared {
+    pub id: String,
+    pub source: String,
+    pub installed_version: String,
+    pub urgency: super::tracker::Urgency,
+    pub status: VexStatus,
+    pub reason: Option<String>,
+    /// The document whose statement cleared it.
+    pub vex: String,
+}
+
+/// Splits `findings` into those no statement of `documents` clears and
+/// those one does.
+pub fn apply(findings: Vec<Finding>, documents: &[LoadedVex]) -> (Vec<Finding>, Vec<Cleared>) {
+    let mut left = Vec::new();
+    let mut cleared = Vec::new();
+    for finding in findings {
+        let clearing = documents
+            .iter()
+            .find_map(|loaded| clearing(&loaded.statements, &finding).map(|statement| (loaded, statement)));
+        match clearing {
+            Some((loaded, statement)) => cleared.push(Cleared {
+                id: finding.id,
+                source: finding.source,
+                installed_version: finding.installed_version,
+                urgency: finding.urgency,
+                status: statement.status,
+                reason: statement.reason.clone(),
+                vex: loaded.document.path.clone(),
+            }),
+            None => left.push(finding),
+        }
+    }
+    (left, cleared)
 }
 
 /// A Debian source package a statement names, at one version or any.

@@ -43,6 +43,8 @@ pub struct PromoteRequest {
 pub struct CveGate {
     pub max_severity: Urgency,
     pub db: PathBuf,
+    /// Refuse an export written more than this many days ago.
+    pub max_age: Option<u64>,
     pub vex: Vec<PathBuf>,
 }
 
@@ -296,7 +298,7 @@ pub fn promote(
     let rows = judge_all(request, &commit, &signer)?;
     let repository = ostree::open(&request.repo)?;
     let cve = match &request.cve {
-        Some(asked) => Some(judge_cve(&repository, asked, &commit, &signer, homedir)?),
+        Some(asked) => Some(judge_cve(&repository, asked, &commit, &signer, homedir, ui)?),
         None => None,
     };
     let mut report = PromoteReport {
@@ -333,25 +335,30 @@ pub fn promote(
 }
 
 /// The commit's known vulnerabilities, read again from the commit and the
-/// export, against the limit and the authentic VEX documents.
+/// export, less what authentic VEX documents clear, against the limit.
 fn judge_cve(
     repo: &::ostree::Repo,
     asked: &CveGate,
     commit: &str,
     signer: &str,
     homedir: Option<&std::path::Path>,
+    ui: &Ui,
 ) -> Result<GateReport> {
     let db = crate::cve::TrackerFile {
         path: &asked.db,
         option: "--cve-db",
     };
-    let report = crate::cve::report_of_commit(repo, commit, db, None)?;
+    let mut report = crate::cve::report_of_commit(repo, commit, db, None)?;
+    if let Some(warning) = crate::cve::check_age(&report.database, asked.max_age)? {
+        ui.warn(warning);
+    }
     let documents = asked
         .vex
         .iter()
-        .map(|path| gate::load_vex(path, signer, homedir))
+        .map(|path| crate::cve::load_vex(path, "--vex", signer, homedir))
         .collect::<Result<Vec<_>>>()?;
-    Ok(gate::judge(report, asked.max_severity, documents))
+    report.clear_with(documents);
+    Ok(gate::judge(report, asked.max_severity))
 }
 
 fn judge_all(request: &PromoteRequest, commit: &str, signer: &str) -> Result<Vec<Row>> {

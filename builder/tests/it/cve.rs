@@ -3,7 +3,9 @@
 
 use std::path::Path;
 
+use crate::common::GpgKey;
 use crate::diff::{TwoCommits, imgbuild, two_commits};
+use crate::qualify::{sig_of, vex_clearing, write_record};
 
 /// v1 has bash 5.2.15-2 and libc6 2.36-9+deb12u10 (its own source).
 const EXPORT: &str = r#"{
@@ -129,4 +131,90 @@ fn a_broken_database_or_release_is_refused_by_option() {
         assert!(stderr.contains(option) && stderr.contains(says), "{stderr}");
         assert!(output.stdout.is_empty(), "no report on a refusal");
     }
+}
+
+#[test]
+fn signed_vex_clears_a_finding_and_an_unsigned_one_is_said_ignored() {
+    let c = two_commits();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("tracker.json");
+    std::fs::write(&db, EXPORT).unwrap();
+    let key = GpgKey::generate("vex");
+    let (home, me) = (key.home.path(), key.fingerprint.as_str());
+    let vex_dir = dir.path().join("vex");
+    let signed = write_record(&vex_dir, "signed", &vex_clearing("TEMP-0000000-2A3B4C"), home, me);
+    let unsigned = write_record(
+        &vex_dir,
+        "unsigned",
+        &vex_clearing("TEMP-0000000-2A3B4C"),
+        home,
+        me,
+    );
+    std::fs::remove_file(sig_of(&unsigned)).unwrap();
+    let with_vex = |vex: &Path| {
+        let args = [
+            "--gpg-key",
+            me,
+            "--gpg-homedir",
+            home.to_str().unwrap(),
+            "--vex",
+            vex.to_str().unwrap(),
+        ];
+        cve(&c, &c.v1, &db, &args)
+    };
+    let pair = |id: &str, state: &str| (id.to_string(), state.to_string());
+    let out = with_vex(&unsigned);
+    assert_eq!(findings(&out).len(), 3, "an unsigned document clears nothing");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ignored = report["vex"][0]["ignored"].as_str().unwrap();
+    assert!(ignored.starts_with("no signature"), "{ignored}");
+    let out = with_vex(&signed);
+    assert_eq!(
+        findings(&out),
+        [
+            pair("CVE-2022-3715", "affected"),
+            pair("CVE-2019-18276", "affected")
+        ]
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["cleared"][0]["id"], "TEMP-0000000-2A3B4C");
+    assert_eq!(report["cleared"][0]["status"], "not_affected");
+    assert_eq!(report["vex"][0]["ignored"], serde_json::Value::Null);
+    // --vex without the key it must be signed by is a usage error.
+    let out = cve(&c, &c.v1, &db, &["--vex", signed.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn old_data_is_a_warning_or_with_max_age_an_error() {
+    let c = two_commits();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("tracker.json");
+    std::fs::write(&db, EXPORT).unwrap();
+    let fresh = cve(&c, &c.v1, &db, &["--max-age", "1"]);
+    assert!(
+        fresh.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fresh.stderr)
+    );
+    let touched = std::process::Command::new("touch")
+        .args(["-d", "2020-01-01T00:00:00Z"])
+        .arg(&db)
+        .status()
+        .unwrap();
+    assert!(touched.success());
+    let warned = cve(&c, &c.v1, &db, &[]);
+    assert!(warned.status.success());
+    let stderr = String::from_utf8_lossy(&warned.stderr);
+    assert!(
+        stderr.contains("2020-01-01T00:00:00Z") && stderr.contains("may miss newer issues"),
+        "{stderr}"
+    );
+    let report: serde_json::Value = serde_json::from_slice(&warned.stdout).unwrap();
+    assert_eq!(report["database"]["modified"], "2020-01-01T00:00:00Z");
+    let refused = cve(&c, &c.v1, &db, &["--max-age", "30"]);
+    assert_eq!(refused.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("more than 30 days ago"), "{stderr}");
+    assert!(refused.stdout.is_empty());
 }

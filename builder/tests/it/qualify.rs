@@ -754,7 +754,7 @@ fn gpg(home: &Path, args: &[&str]) -> Output {
 
 /// Writes `<dir>/<name>.json` and, signed by `signer` in `home`, its
 /// armored detached `.sig`. Returns the record's path.
-fn write_record(dir: &Path, name: &str, record: &Value, home: &Path, signer: &str) -> PathBuf {
+pub(crate) fn write_record(dir: &Path, name: &str, record: &Value, home: &Path, signer: &str) -> PathBuf {
     std::fs::create_dir_all(dir).unwrap();
     let path = dir.join(format!("{name}.json"));
     std::fs::write(&path, serde_json::to_string_pretty(record).unwrap() + "\n").unwrap();
@@ -791,7 +791,7 @@ fn gpg_verifies(home: &Path, sig: &Path, data: &Path) -> Result<String, String> 
 }
 
 /// `<path>.sig`.
-fn sig_of(path: &Path) -> PathBuf {
+pub(crate) fn sig_of(path: &Path) -> PathBuf {
     PathBuf::from(format!("{}.sig", path.display()))
 }
 
@@ -2064,7 +2064,7 @@ const TRACKER: &str = r#"{
 }"#;
 
 /// An OpenVEX document saying libc6 is not affected by `id`.
-fn vex_clearing(id: &str) -> Value {
+pub(crate) fn vex_clearing(id: &str) -> Value {
     json!({
         "@context": "https://openvex.dev/ns/v0.2.0",
         "@id": format!("https://emberrtos.example/vex/{id}"),
@@ -2081,7 +2081,7 @@ fn vex_clearing(id: &str) -> Value {
 }
 
 #[test]
-fn promote_refuses_known_vulnerabilities_above_the_limit_until_signed_vex_clears_them() {
+fn promote_refuses_known_vulnerabilities_at_the_limit_until_signed_vex_clears_them() {
     let dir = tempfile::Builder::new()
         .prefix("promote-cve")
         .tempdir_in("/tmp")
@@ -2106,7 +2106,7 @@ fn promote_refuses_known_vulnerabilities_above_the_limit_until_signed_vex_clears
     let db = dir.path().join("tracker.json");
     std::fs::write(&db, TRACKER).unwrap();
     let vex_dir = dir.path().join("vex");
-    let db_args = ["--max-severity", "medium", "--cve-db", path_str(&db)];
+    let db_args = ["--max-severity", "high", "--cve-db", path_str(&db)];
     let gated = |vex: &[&Path]| {
         let mut extra: Vec<&str> = db_args.to_vec();
         for path in vex {
@@ -2122,13 +2122,13 @@ fn promote_refuses_known_vulnerabilities_above_the_limit_until_signed_vex_clears
         }
         assert!(
             !said.contains("CVE-2019-18276"),
-            "medium is within the limit: {said}"
+            "medium is below the limit: {said}"
         );
         assert_eq!(resolve(&repo, STABLE), None, "the ref moved");
     };
 
     // Usage: the limit needs the export, and a level it knows.
-    assert_exit(&promote(&repo, &key, &["--max-severity", "medium"]), 2);
+    assert_exit(&promote(&repo, &key, &["--max-severity", "high"]), 2);
     let severe = promote(
         &repo,
         &key,
@@ -2142,7 +2142,7 @@ fn promote_refuses_known_vulnerabilities_above_the_limit_until_signed_vex_clears
     refused_for(&out, &["CVE-2023-4911", "TEMP-0000000-AAAAAA"]);
     assert!(
         stderr(&out).contains(
-            "CVE-2023-4911 (high, above --max-severity medium) in libc6 2.36-9+deb12u10: affected, fixed in 2.36-9+deb12u11"
+            "CVE-2023-4911 (high, at or above --max-severity high) in libc6 2.36-9+deb12u10: affected, fixed in 2.36-9+deb12u11"
         ),
         "{}",
         text(&out)
@@ -2166,7 +2166,7 @@ fn promote_refuses_known_vulnerabilities_above_the_limit_until_signed_vex_clears
         text(&out)
     );
     assert!(
-        stdout(&out).contains("foreign.json: not signed by the promotion's key"),
+        stdout(&out).contains("foreign.json: not signed by the key"),
         "{}",
         text(&out)
     );
@@ -2188,7 +2188,7 @@ fn promote_refuses_known_vulnerabilities_above_the_limit_until_signed_vex_clears
         &[
             "--json",
             "--max-severity",
-            "medium",
+            "high",
             "--cve-db",
             path_str(&db),
             "--vex",
@@ -2203,7 +2203,7 @@ fn promote_refuses_known_vulnerabilities_above_the_limit_until_signed_vex_clears
     let promotion = json_files(&promotions)[0];
     let promotion: Value = serde_json::from_slice(&std::fs::read(promotion).unwrap()).unwrap();
     let cve = &promotion["cve"];
-    assert_eq!(cve["max-severity"], "medium");
+    assert_eq!(cve["max-severity"], "high");
     assert_eq!(cve["blocking"], json!([]));
     assert_eq!(cve["cleared"].as_array().unwrap().len(), 2, "{cve}");
     assert_eq!(cve["database"]["sha256"], sha256_hex(TRACKER.as_bytes()));
