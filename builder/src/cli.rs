@@ -281,6 +281,10 @@ pub struct DiffArgs {
     /// changed), in text and JSON; the rest are counted. 0 names them all.
     #[arg(long, value_name = "N", default_value_t = 10)]
     files_per_group: usize,
+    /// Also the known vulnerabilities fixed and introduced, by this Debian
+    /// security tracker JSON export (as `imgbuild cve --db` reads it).
+    #[arg(long, value_name = "FILE")]
+    cve_db: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -793,7 +797,13 @@ fn run_inspect(args: InspectArgs, json: bool) -> Result<u8> {
 }
 
 fn run_diff(args: DiffArgs, json: bool) -> Result<u8> {
-    let diff = diff::diff(&args.repo, &args.from, &args.to, args.files_per_group)?;
+    let diff = diff::diff(
+        &args.repo,
+        &args.from,
+        &args.to,
+        args.files_per_group,
+        args.cve_db.as_deref(),
+    )?;
     if json {
         print_json(&serde_json::to_value(&diff)?)?;
     } else {

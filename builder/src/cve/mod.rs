@@ -3,6 +3,7 @@
 //! commit's Debian release; OpenVEX statements, and the promotion gate on
 //! what is left.
 
+pub mod changes;
 pub mod gate;
 pub mod matching;
 pub mod report;

@@ -7,7 +7,8 @@ use crate::common::GpgKey;
 use crate::diff::{TwoCommits, imgbuild, two_commits};
 use crate::qualify::{sig_of, vex_clearing, write_record};
 
-/// v1 has bash 5.2.15-2 and libc6 2.36-9+deb12u10 (its own source).
+/// v1 has bash 5.2.15-2 and libc6 2.36-9+deb12u10 (its own source); v2
+/// has bash 5.2.15-2+b7 and adds tree 2.1.0-1.
 const EXPORT: &str = r#"{
   "bash": {
     "CVE-2022-3715": {"description": "x", "releases": {
@@ -21,7 +22,8 @@ const EXPORT: &str = r#"{
     "CVE-2010-0001": {"releases": {"bookworm": {"status": "resolved", "fixed_version": "0", "urgency": "high"}}},
     "TEMP-0000000-2A3B4C": {"releases": {"bookworm": {"status": "undetermined", "urgency": "not yet assigned"}}}
   },
-  "zlib": {"CVE-2022-37434": {"releases": {"bookworm": {"status": "open", "urgency": "high"}}}}
+  "zlib": {"CVE-2022-37434": {"releases": {"bookworm": {"status": "open", "urgency": "high"}}}},
+  "tree": {"CVE-2024-0100": {"releases": {"bookworm": {"status": "open", "urgency": "low"}}}}
 }"#;
 
 fn cve(c: &TwoCommits, rev: &str, db: &Path, extra: &[&str]) -> std::process::Output {
@@ -217,4 +219,61 @@ fn old_data_is_a_warning_or_with_max_age_an_error() {
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("more than 30 days ago"), "{stderr}");
     assert!(refused.stdout.is_empty());
+}
+
+#[test]
+fn diff_names_the_issues_a_release_fixes_and_introduces() {
+    let c = two_commits();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("tracker.json");
+    std::fs::write(&db, EXPORT).unwrap();
+    let diff = |json: bool| {
+        let mut cmd = imgbuild();
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd
+            .args(["diff", "--repo"])
+            .arg(&c.repo)
+            .args([&c.v1, &c.v2])
+            .arg("--cve-db")
+            .arg(&db)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        out.stdout
+    };
+    let json: serde_json::Value = serde_json::from_slice(&diff(true)).unwrap();
+    let ids = |list: &serde_json::Value| -> Vec<String> {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .map(|f| format!("{} {}", f["id"].as_str().unwrap(), f["source"].as_str().unwrap()))
+            .collect()
+    };
+    assert_eq!(
+        ids(&json["cve"]["fixed"]),
+        ["CVE-2022-3715 bash"],
+        "the bash upgrade fixes it"
+    );
+    assert_eq!(
+        ids(&json["cve"]["introduced"]),
+        ["CVE-2024-0100 tree"],
+        "the added package brings it"
+    );
+    let text = String::from_utf8(diff(false)).unwrap();
+    assert!(text.contains("cve: 1 fixed, 1 introduced"), "{text}");
+    assert!(
+        text.contains("  fixed      CVE-2022-3715 (high) in bash 5.2.15-2\n"),
+        "{text}"
+    );
+    // Without the export, no cve section at all.
+    let plain = imgbuild()
+        .args(["--json", "diff", "--repo"])
+        .arg(&c.repo)
+        .args([&c.v1, &c.v2])
+        .output()
+        .unwrap();
+    let plain: serde_json::Value = serde_json::from_slice(&plain.stdout).unwrap();
+    assert!(plain.get("cve").is_none());
 }

@@ -68,6 +68,9 @@ pub struct CommitDiff {
     /// The most names listed per group and kind; 0 lists all.
     pub files_per_group: usize,
     pub download: Download,
+    /// Known vulnerabilities fixed and introduced, when a tracker export was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cve: Option<crate::cve::changes::CveChanges>,
 }
 
 /// One commit's facts, read out of it.
@@ -140,13 +143,26 @@ fn read_facts(repo: &ostree::Repo, rev: &str) -> Result<Facts> {
 /// Compares commit `from` with commit `to` (refs or checksums) in the repo
 /// at `path`, naming at most `files_per_group` files of each kind per group
 /// (0: all).
-pub fn diff(path: &Path, from: &str, to: &str, files_per_group: usize) -> Result<CommitDiff> {
+/// The diff of `from` and `to` in the repo at `path`; with `cve_db`, also
+/// the known vulnerabilities it fixes and introduces.
+pub fn diff(
+    path: &Path,
+    from: &str,
+    to: &str,
+    files_per_group: usize,
+    cve_db: Option<&Path>,
+) -> Result<CommitDiff> {
     let repo = ost::open(path)?;
     let a = read_facts(&repo, from).with_context(|| format!("reading {from}"))?;
     let b = read_facts(&repo, to).with_context(|| format!("reading {to}"))?;
     let mut files = compare::files(&a.files, &b.files);
     compare::limit_names(&mut files, files_per_group);
+    let cve = match cve_db {
+        Some(db) => Some(cve_changes(&repo, db, &a.side.checksum, &b.side.checksum)?),
+        None => None,
+    };
     Ok(CommitDiff {
+        cve,
         packages: compare::packages(&a.packages, &b.packages),
         kernel_symbols: compare::config_symbols(&a.config, &b.config),
         kargs: compare::kargs(&a.kargs, &b.kargs),
@@ -156,6 +172,21 @@ pub fn diff(path: &Path, from: &str, to: &str, files_per_group: usize) -> Result
         from: a.side,
         to: b.side,
     })
+}
+
+fn cve_changes(
+    repo: &ostree::Repo,
+    db: &Path,
+    from: &str,
+    to: &str,
+) -> Result<crate::cve::changes::CveChanges> {
+    let db = crate::cve::TrackerFile {
+        path: db,
+        option: "--cve-db",
+    };
+    let before = crate::cve::report_of_commit(repo, from, db, None)?;
+    let after = crate::cve::report_of_commit(repo, to, db, None)?;
+    Ok(crate::cve::changes::changes(&before, &after))
 }
 
 fn render_side(out: &mut String, label: &str, side: &Side) {
@@ -274,6 +305,9 @@ pub fn render(diff: &CommitDiff) -> String {
         "download: {} bytes by {} ({percent:.1} % of a full pull of {} bytes)",
         d.bytes, d.by, d.full_pull_bytes
     );
+    if let Some(cve) = &diff.cve {
+        out.push_str(&crate::cve::changes::render(cve));
+    }
     out
 }
 
