@@ -75,7 +75,7 @@ fn kernel_facts(
 }
 
 /// Makes the commit's SBOM from the composed tree and writes it at
-/// [`PATH_IN_TREE`], replacing any file there.
+/// [`PATH_IN_TREE`], and as CycloneDX beside it, replacing any file there.
 pub fn write_into_tree(tree: &Path, facts: &BuildFacts) -> Result<WrittenSbom> {
     let started = Instant::now();
     let root = ImageRoot::open(tree)?;
@@ -113,6 +113,10 @@ pub fn write_into_tree(tree: &Path, facts: &BuildFacts) -> Result<WrittenSbom> {
     let bytes = super::render(&document)?;
     root.write(Path::new(PATH_IN_TREE), &bytes, 0o644)
         .with_context(|| format!("writing /{PATH_IN_TREE}"))?;
+    let cyclonedx = super::cyclonedx::render(&super::cyclonedx::from_spdx(&document));
+    let cyclonedx_path = super::cyclonedx::PATH_IN_TREE;
+    root.write(Path::new(cyclonedx_path), &cyclonedx, 0o644)
+        .with_context(|| format!("writing /{cyclonedx_path}"))?;
     Ok(WrittenSbom {
         sha256: crate::io::hashing::sha256_hex(&bytes),
         bytes: bytes.len() as u64,

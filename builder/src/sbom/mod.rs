@@ -4,6 +4,7 @@
 //! overlays. The same inputs give the same bytes: no clock, no random id.
 
 pub mod crates;
+pub mod cyclonedx;
 pub mod document;
 pub mod dpkg;
 pub mod image;

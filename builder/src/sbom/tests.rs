@@ -276,3 +276,47 @@ fn a_source_info_names_a_debian_source_or_nothing() {
         assert_eq!(parse_debian_source_info(bad), None, "{bad}");
     }
 }
+
+#[test]
+fn the_cyclonedx_document_names_the_spdx_packages() {
+    let (_dir, root) = tree();
+    let document = build(&inputs(&root)).unwrap();
+    let bom = cyclonedx::from_spdx(&document);
+    assert_eq!(bom["specVersion"], "1.5");
+    let metadata = &bom["metadata"]["component"];
+    assert_eq!(metadata["type"], "operating-system");
+    let components = bom["components"].as_array().unwrap();
+    let named = |value: &serde_json::Value| {
+        let version = value["version"].as_str().map(String::from);
+        (value["name"].as_str().unwrap().to_string(), version)
+    };
+    let mut cdx: Vec<_> = components.iter().chain([metadata]).map(named).collect();
+    let mut spdx: Vec<_> = document
+        .packages
+        .iter()
+        .map(|p| (p.name.clone(), p.version_info.clone()))
+        .collect();
+    cdx.sort();
+    spdx.sort();
+    assert_eq!(cdx, spdx);
+    let bash = components.iter().find(|c| c["name"] == "bash").unwrap();
+    assert_eq!(bash["purl"], "pkg:deb/debian/bash@5.2.15-2%2Bb7?arch=amd64");
+    assert_eq!(bash["licenses"][0]["expression"], "GPL-3.0-or-later");
+    assert_eq!(bash["supplier"]["name"], "Debian");
+    let kernel = components
+        .iter()
+        .find(|c| c["bom-ref"] == "SPDXRef-kernel-linux")
+        .unwrap();
+    assert_eq!(kernel["type"], "operating-system");
+    assert_eq!(kernel["hashes"][0]["alg"], "SHA-256");
+    let refs: std::collections::BTreeSet<&str> = components
+        .iter()
+        .map(|c| c["bom-ref"].as_str().unwrap())
+        .collect();
+    for dependency in bom["dependencies"].as_array().unwrap() {
+        assert!(refs.contains(dependency["ref"].as_str().unwrap()), "{dependency}");
+        for on in dependency["dependsOn"].as_array().unwrap() {
+            assert!(refs.contains(on.as_str().unwrap()), "{dependency}");
+        }
+    }
+}
