@@ -27,6 +27,17 @@ pub struct Fetched {
     pub size: u64,
     /// True when no download or copy was needed.
     pub cached: bool,
+    /// The Debian source package and version it was built from, when it
+    /// came from a Debian package (`linux-source-*`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debian_source: Option<DebianSource>,
+}
+
+/// A Debian source package at one version.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DebianSource {
+    pub name: String,
+    pub version: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -114,6 +125,7 @@ pub fn cached_blob(cache: &Cache, sha256: &str, origin: &str, ui: &Ui) -> Result
                 path,
                 origin: origin.to_string(),
                 cached: true,
+                debian_source: None,
             }))
         }
         BlobLookup::Missing => Ok(None),
@@ -210,6 +222,7 @@ fn keep(
         origin: url.to_string(),
         size,
         cached: false,
+        debian_source: None,
     })
 }
 
@@ -446,6 +459,7 @@ pub fn import_file(path: &Path, expected: Option<&str>, cache: &Cache, ui: &Ui) 
         origin,
         size: stamp.size,
         cached: false,
+        debian_source: None,
     })
 }
 

@@ -18,22 +18,25 @@ pub struct InstalledSource {
 
 const DEBIAN_PURL: &str = "pkg:deb/debian/";
 
-/// The source packages of the document's Debian packages (those with a
-/// `pkg:deb/debian/` purl), one per source name and version, sorted. A
-/// Debian package without a readable source is an error naming it: a CVE
-/// report that skips packages would pass what it never looked at.
+/// The Debian source packages of the document, one per source name and
+/// version, sorted: those of its Debian packages (a `pkg:deb/debian/`
+/// purl), and those of packages built here from Debian sources (the kernel
+/// from `linux-source-*` is the source package `linux-6.12`, say, never the
+/// `linux-image-*` package that is not installed). A Debian package without
+/// a readable source is an error naming it: a CVE report that skips
+/// packages would pass what it never looked at.
 pub fn installed_sources(document: &Document) -> Result<Vec<InstalledSource>> {
     let mut sources: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
     for package in &document.packages {
-        if !package.purl().is_some_and(|purl| purl.starts_with(DEBIAN_PURL)) {
-            continue;
-        }
         let info = package.source_info.as_deref().unwrap_or_default();
-        let Some((name, version)) = crate::sbom::parse_debian_source_info(info) else {
-            bail!(
+        let is_deb = package.purl().is_some_and(|purl| purl.starts_with(DEBIAN_PURL));
+        let (name, version) = match crate::sbom::parse_debian_source_info(info) {
+            Some(source) => source,
+            None if is_deb => bail!(
                 "the SBOM's package {} states no Debian source package (sourceInfo {info:?})",
                 package.spdx_id
-            );
+            ),
+            None => continue,
         };
         let key = (name.to_string(), version.to_string());
         sources.entry(key).or_default().push(package.name.clone());
@@ -89,20 +92,35 @@ mod tests {
 
     #[test]
     fn binaries_of_one_source_are_one_source_package() {
-        let kernel = Package::new("SPDXRef-kernel-linux".into(), "linux");
-        let document = document(vec![
+        let tarball_kernel = Package::new("SPDXRef-kernel-linux".into(), "linux");
+        let crate_package = Package::new("SPDXRef-crate-x".into(), "x").with_purl("pkg:cargo/x@1".into());
+        let packages = vec![
             deb("libc6", "glibc"),
             deb("libc-bin", "glibc"),
             deb("bash", "bash"),
-            kernel,
-        ]);
-        let sources = installed_sources(&document).unwrap();
+            tarball_kernel,
+            crate_package,
+        ];
+        let sources = installed_sources(&document(packages.clone())).unwrap();
         let names: Vec<_> = sources
             .iter()
             .map(|s| (s.name.as_str(), s.binaries.len()))
             .collect();
-        assert_eq!(names, [("bash", 1), ("glibc", 2)]);
+        assert_eq!(
+            names,
+            [("bash", 1), ("glibc", 2)],
+            "a kernel from a tarball has no Debian source"
+        );
         assert_eq!(sources[1].version, "2.36-9+deb12u10");
+        let mut debian_kernel = Package::new("SPDXRef-kernel-linux".into(), "linux");
+        debian_kernel.source_info = Some(crate::sbom::debian_source_info(
+            "linux-6.12",
+            "6.12.118-1~deb12u1",
+        ));
+        let sources = installed_sources(&document([packages, vec![debian_kernel]].concat())).unwrap();
+        let kernel = sources.iter().find(|s| s.name == "linux-6.12").unwrap();
+        assert_eq!(kernel.version, "6.12.118-1~deb12u1");
+        assert_eq!(kernel.binaries, ["linux"]);
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 
 use super::{Binary, HashedFile, KernelFacts, PATH_IN_TREE, SbomInputs};
+use crate::cache::download::DebianSource;
 use emberrtos_contract::io::root::ImageRoot;
 
 /// What the recipe and the fetch stage say of a build.
@@ -19,6 +20,8 @@ pub struct BuildFacts<'a> {
     pub kernel_release: &'a str,
     pub kernel_source_sha256: &'a str,
     pub kernel_source_origin: &'a str,
+    /// The Debian source package the kernel source came from, if any.
+    pub kernel_debian_source: Option<&'a DebianSource>,
     /// What the kernel stage built (as the verify stage signed it, when the
     /// build has a Secure Boot key): the image's copies must hash the same.
     pub bzimage_sha256: &'a str,
@@ -67,6 +70,7 @@ fn kernel_facts(
         release: facts.kernel_release.to_string(),
         source_sha256: facts.kernel_source_sha256.to_string(),
         source_origin: facts.kernel_source_origin.to_string(),
+        debian_source: facts.kernel_debian_source.cloned(),
         config_sha256,
         bzimage_sha256,
         preempt_rt: config.is_preempt_rt(),

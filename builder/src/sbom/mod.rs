@@ -93,6 +93,9 @@ pub struct KernelFacts {
     pub source_sha256: String,
     /// Where the source came from (a URL becomes the download location).
     pub source_origin: String,
+    /// The Debian source package it is, when it came from one
+    /// (`linux-source-*`): what vulnerability data knows it by.
+    pub debian_source: Option<crate::cache::download::DebianSource>,
     pub config_sha256: String,
     pub bzimage_sha256: String,
     pub preempt_rt: bool,
@@ -407,12 +410,16 @@ impl Builder {
         }
         package.checksums = vec![Checksum::sha256(&kernel.source_sha256)];
         package.license_declared = "GPL-2.0-only WITH Linux-syscall-note".into();
-        package.source_info = Some(format!(
+        let tarball = format!(
             "source tarball sha256 {} ({})",
             kernel.source_sha256, kernel.source_origin
-        ));
+        );
+        package.source_info = Some(match &kernel.debian_source {
+            Some(source) => debian_source_info(&source.name, &source.version),
+            None => tarball.clone(),
+        });
         package.comment = Some(format!(
-            "release {}; PREEMPT_RT: {}; .config sha256 {}; bzImage sha256 {}",
+            "{tarball}; release {}; PREEMPT_RT: {}; .config sha256 {}; bzImage sha256 {}",
             kernel.release,
             if kernel.preempt_rt { "yes" } else { "no" },
             kernel.config_sha256,

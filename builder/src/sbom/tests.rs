@@ -60,6 +60,10 @@ fn inputs(root: &ImageRoot) -> SbomInputs<'_> {
             release: "6.12.58".into(),
             source_sha256: "ab".repeat(32),
             source_origin: "Debian package linux-source-6.12".into(),
+            debian_source: Some(crate::cache::download::DebianSource {
+                name: "linux-6.12".into(),
+                version: "6.12.58-1~deb12u1".into(),
+            }),
             config_sha256: "cd".repeat(32),
             bzimage_sha256: "ef".repeat(32),
             preempt_rt: true,
@@ -186,6 +190,15 @@ fn the_kernel_and_the_crates_are_stated() {
     assert_eq!(kernel.checksums, [Checksum::sha256(&"ab".repeat(32))]);
     let comment = kernel.comment.as_deref().unwrap();
     assert!(comment.contains("PREEMPT_RT: yes"), "{comment}");
+    assert!(
+        comment.contains(&format!("source tarball sha256 {}", "ab".repeat(32))),
+        "{comment}"
+    );
+    // Built from linux-source-6.12: vulnerability data knows it by its Debian source.
+    assert_eq!(
+        parse_debian_source_info(kernel.source_info.as_deref().unwrap()),
+        Some(("linux-6.12", "6.12.58-1~deb12u1"))
+    );
     assert!(
         comment.contains(&"cd".repeat(32)) && comment.contains(&"ef".repeat(32)),
         "{comment}"

@@ -11,7 +11,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::cache::Cache;
 use crate::cache::download::cached_blob;
-pub use crate::cache::download::{ChecksumMismatch, FetchOptions, Fetched, fetch_url, import_file};
+pub use crate::cache::download::{
+    ChecksumMismatch, DebianSource, FetchOptions, Fetched, fetch_url, import_file,
+};
 use crate::recipe::Source;
 use crate::tool;
 use crate::ui::Ui;
@@ -31,6 +33,30 @@ pub fn fetch(source: &Source, cache: &Cache, options: &FetchOptions, ui: &Ui) ->
 struct DebianMemo {
     sha256: String,
     version: String,
+    #[serde(default)]
+    source: Option<DebianSource>,
+}
+
+/// `${source:Package}\t${source:Version}`, as dpkg-query and dpkg-deb
+/// print it, read into a source package (pure).
+fn parse_source_line(line: &str) -> Option<DebianSource> {
+    let (name, version) = line.trim_end().split_once('\t')?;
+    let valid =
+        crate::sbom::dpkg::valid_name("Source", name) && crate::sbom::dpkg::parse_version(version).is_ok();
+    valid.then(|| DebianSource {
+        name: name.to_string(),
+        version: version.to_string(),
+    })
+}
+
+const SOURCE_FORMAT: &str = "${source:Package}\t${source:Version}";
+
+/// The source package of the installed `package`, as dpkg knows it.
+fn installed_source(package: &str) -> Option<DebianSource> {
+    let mut query = tool::command("dpkg-query").ok()?;
+    query.args(["-W", "-f", SOURCE_FORMAT, package]);
+    let output = tool::run(&mut query).ok()?;
+    parse_source_line(&String::from_utf8_lossy(&output.stdout))
 }
 
 /// `/usr/src/<package>.tar.xz` when installed, else `apt-get download` +
@@ -44,11 +70,13 @@ fn fetch_debian_from(package: &str, usr_src: &Path, cache: &Cache, ui: &Ui) -> R
     if installed.is_file() {
         let mut fetched = import_file(&installed, None, cache, ui)?;
         fetched.origin = format!("{package} ({})", installed.display());
+        fetched.debian_source = installed_source(package);
         return Ok(fetched);
     }
     if let Some(memo) = cache.read_index::<DebianMemo>("debian", package) {
         let origin = format!("Debian {package} {}", memo.version);
-        if let Some(cached) = cached_blob(cache, &memo.sha256, &origin, ui)? {
+        if let Some(mut cached) = cached_blob(cache, &memo.sha256, &origin, ui)? {
+            cached.debian_source = memo.source;
             return Ok(cached);
         }
     }
@@ -72,6 +100,9 @@ fn fetch_debian_from(package: &str, usr_src: &Path, cache: &Cache, ui: &Ui) -> R
         .and_then(|n| n.split('_').nth(1))
         .unwrap_or("unknown")
         .replace("%3a", ":");
+    let mut show = tool::command("dpkg-deb")?;
+    show.args(["-W", "--showformat", SOURCE_FORMAT]).arg(&deb);
+    let source = parse_source_line(&String::from_utf8_lossy(&tool::run(&mut show)?.stdout));
     let unpacked = work.path().join("root");
     let mut extract = tool::command("dpkg-deb")?;
     extract.arg("-x").arg(&deb).arg(&unpacked);
@@ -87,15 +118,29 @@ fn fetch_debian_from(package: &str, usr_src: &Path, cache: &Cache, ui: &Ui) -> R
         &DebianMemo {
             sha256: fetched.sha256.clone(),
             version: version.clone(),
+            source: source.clone(),
         },
     )?;
     fetched.origin = format!("Debian {package} {version}");
+    fetched.debian_source = source;
     Ok(fetched)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_source_line_names_a_debian_source_and_version() {
+        let source = parse_source_line("linux-6.12\t6.12.118-1~deb12u1\n").unwrap();
+        assert_eq!(
+            (source.name.as_str(), source.version.as_str()),
+            ("linux-6.12", "6.12.118-1~deb12u1")
+        );
+        for bad in ["linux-6.12", "Linux\t6.12", "linux\tv6", "\t"] {
+            assert_eq!(parse_source_line(bad), None, "{bad:?}");
+        }
+    }
 
     #[test]
     fn path_import_uses_memo_and_checks_pins() {

@@ -643,6 +643,7 @@ mod tests {
                 kernel_release: "6.12.0",
                 kernel_source_sha256: "",
                 kernel_source_origin: "",
+                kernel_debian_source: None,
                 bzimage_sha256: "",
                 config_sha256: "",
                 overlays: Vec::new(),

@@ -71,6 +71,7 @@ pub(crate) fn commit_with_sbom(repo: &Path, tree: &Path, kargs: &[String]) -> St
         kernel_release: RELEASE,
         kernel_source_sha256: &"ab".repeat(32),
         kernel_source_origin: "Debian package linux-source-6.12",
+        kernel_debian_source: None,
         bzimage_sha256: &file_sha256(&tree.join(format!("usr/lib/modules/{RELEASE}/vmlinuz"))),
         config_sha256: &file_sha256(&tree.join(format!("usr/lib/modules/{RELEASE}/config"))),
         overlays: vec![("../overlays/base".into(), "12".repeat(32))],
