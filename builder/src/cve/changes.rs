@@ -77,14 +77,7 @@ mod tests {
                 fixed_version: None,
             })
             .collect();
-        let database = Database {
-            format: "debian-security-tracker-json",
-            path: "db.json".into(),
-            sha256: "ab".repeat(32),
-            bytes: 1,
-            modified: "2026-12-01T00:00:00Z".into(),
-            age_days: 0,
-        };
+        let database = Database::example();
         Report::new("c".repeat(64), "bookworm".into(), database, 3, findings)
     }
 

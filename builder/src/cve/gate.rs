@@ -90,14 +90,7 @@ mod tests {
     }
 
     fn report(findings: Vec<Finding>, documents: Vec<LoadedVex>) -> Report {
-        let database = Database {
-            format: "debian-security-tracker-json",
-            path: "db.json".into(),
-            sha256: "ab".repeat(32),
-            bytes: 1,
-            modified: "2026-12-01T00:00:00Z".into(),
-            age_days: 0,
-        };
+        let database = Database::example();
         let mut report = Report::new("c".repeat(64), "bookworm".into(), database, 1, findings);
         report.clear_with(documents);
         report

@@ -20,6 +20,21 @@ pub struct Database {
     pub age_days: u64,
 }
 
+#[cfg(test)]
+impl Database {
+    /// A database for tests: `db.json`, written 2026-12-01.
+    pub fn example() -> Database {
+        Database {
+            format: "debian-security-tracker-json",
+            path: "db.json".into(),
+            sha256: "ab".repeat(32),
+            bytes: 42,
+            modified: "2026-12-01T00:00:00Z".into(),
+            age_days: 0,
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct Report {
@@ -160,14 +175,7 @@ mod tests {
             finding("CVE-2019-18276", State::Affected, Urgency::Low, None),
             finding("TEMP-0000000-ABCDEF", State::Undetermined, Urgency::Low, None),
         ];
-        let database = Database {
-            format: "debian-security-tracker",
-            path: "db.json".into(),
-            sha256: "ab".repeat(32),
-            bytes: 42,
-            modified: "2026-12-01T00:00:00Z".into(),
-            age_days: 0,
-        };
+        let database = Database::example();
         let report = Report::new("c0".repeat(32), "bookworm".into(), database, 7, findings);
         assert_eq!(report.counts["affected"]["low"], 1);
         assert_eq!(report.counts["undetermined"]["low"], 1);
