@@ -194,6 +194,15 @@ fn read_tracker(
     let mut reader = BufReader::with_capacity(1 << 20, HashingReader::new(file));
     let issues = tracker::parse(&mut reader, &wanted)
         .map_err(|e| bad(format!("not the Debian security tracker's JSON: {e}")))?;
+    // Valid JSON that knows none of the packages (`{}`, another
+    // distribution's data) must not become a report of no vulnerabilities.
+    if issues.is_empty() && !names.is_empty() {
+        return Err(bad(format!(
+            "names none of the commit's {} source packages: not the Debian security tracker's data",
+            names.len()
+        ))
+        .into());
+    }
     let (sha256, bytes) = reader
         .into_inner()
         .finish()

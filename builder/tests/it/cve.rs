@@ -117,8 +117,18 @@ fn a_broken_database_or_release_is_refused_by_option() {
     let missing = dir.path().join("missing.json");
     let good = dir.path().join("good.json");
     std::fs::write(&good, EXPORT).unwrap();
+    let empty = dir.path().join("empty.json");
+    std::fs::write(&empty, "{}").unwrap();
+    let typed = dir.path().join("typed.json");
+    std::fs::write(
+        &typed,
+        r#"{"bash": {"CVE-2022-3715": {"releases": {"bookworm": {"status": 3}}}}}"#,
+    )
+    .unwrap();
     for (db, extra, option, says) in [
         (&cut, &[][..], "--db", "line "),
+        (&empty, &[][..], "--db", "names none of the commit's"),
+        (&typed, &[][..], "--db", "line 1, column"),
         (&missing, &[][..], "--db", "missing.json"),
         (
             &good,
