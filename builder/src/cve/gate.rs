@@ -13,6 +13,8 @@ pub struct GateReport {
     pub release: String,
     pub database: Database,
     pub max_severity: Urgency,
+    /// How the kernel was matched, or why it was not.
+    pub kernel: String,
     /// Findings at or above the limit that nothing cleared: each refuses.
     pub blocking: Vec<Finding>,
     pub cleared: Vec<Cleared>,
@@ -25,6 +27,7 @@ pub fn judge(report: Report, max_severity: Urgency) -> GateReport {
         release: report.release,
         database: report.database,
         max_severity,
+        kernel: report.kernel,
         blocking: report
             .findings
             .into_iter()
@@ -68,6 +71,7 @@ pub fn render(gate: &GateReport) -> String {
         gate.blocking.len(),
         gate.cleared.len()
     );
+    out.push_str(&format!("  kernel   {}\n", gate.kernel));
     render_vex(&mut out, &gate.cleared, &gate.vex);
     out
 }
@@ -112,7 +116,7 @@ mod tests {
         }
     }
 
-    const CLEARS_HIGH: &str = r#"{"vulnerability": {"name": "CVE-2023-0002"}, "products": [{"@id": "pkg:deb/debian/glibc"}],
+    const CLEARS_HIGH: &str = r#"{"vulnerability": {"name": "CVE-2023-0002"}, "products": [{"@id": "pkg:deb/debian/glibc?arch=source"}],
         "status": "not_affected", "justification": "component_not_present"}"#;
 
     #[test]

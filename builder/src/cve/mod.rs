@@ -13,7 +13,7 @@ pub mod vex;
 
 use std::collections::BTreeSet;
 use std::fs::File;
-use std::io::BufReader;
+use std::io::{BufReader, Read};
 use std::path::Path;
 use std::time::SystemTime;
 
@@ -33,6 +33,25 @@ pub const MAX_TRACKER_BYTES: u64 = 2 << 30;
 
 /// The largest VEX document read.
 const MAX_VEX_BYTES: u64 = 16 << 20;
+
+/// The largest detached signature read.
+const MAX_SIGNATURE_BYTES: u64 = 64 << 10;
+
+/// Opens a regular file (through symlinks: the user names it): a FIFO or
+/// device in its place is refused, never waited on or read without end.
+fn open_regular(path: &Path) -> Result<(File, std::fs::Metadata), String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| e.to_string())?;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    Ok((file, meta))
+}
 
 const OS_RELEASE: &str = "usr/lib/os-release";
 
@@ -61,13 +80,9 @@ pub fn report_of_commit(
     let (issues, database) = read_tracker(db, &release, &installed)?;
     let findings = matching::findings(&installed, &issues)
         .with_context(|| format!("matching against {}", db.path.display()))?;
-    Ok(Report::new(
-        info.checksum,
-        release,
-        database,
-        installed.len(),
-        findings,
-    ))
+    let mut report = Report::new(info.checksum, release, database, installed.len(), findings);
+    report.kernel = sources::kernel_match(&document);
+    Ok(report)
 }
 
 /// The commit's Debian release, from its os-release.
@@ -93,10 +108,7 @@ fn release_of_commit(repo: &ostree::Repo, checksum: &str) -> Result<String> {
 /// with the reason.
 pub fn load_vex(path: &Path, option: &str, signer: &str, homedir: Option<&Path>) -> Result<LoadedVex> {
     let bad = |message: String| BadInput::new(option, format!("{}: {message}", path.display()));
-    let file = File::open(path).map_err(|e| bad(e.to_string()))?;
-    if !file.metadata().map_err(|e| bad(e.to_string()))?.is_file() {
-        return Err(bad("not a regular file".into()).into());
-    }
+    let (file, _) = open_regular(path).map_err(bad)?;
     let data =
         read_capped(file, MAX_VEX_BYTES).ok_or_else(|| bad(format!("larger than {MAX_VEX_BYTES} bytes")))?;
     let mut document = VexDocument {
@@ -105,7 +117,10 @@ pub fn load_vex(path: &Path, option: &str, signer: &str, homedir: Option<&Path>)
         ignored: None,
     };
     let sig_path = format!("{}.sig", path.display());
-    let statements = match std::fs::read(&sig_path) {
+    let signature = open_regular(Path::new(&sig_path)).and_then(|(file, _)| {
+        read_capped(file, MAX_SIGNATURE_BYTES).ok_or_else(|| "too large for a signature".to_string())
+    });
+    let statements = match signature {
         Err(e) => Err(format!("no signature {sig_path}: {e}")),
         Ok(signature) => {
             let verification = gpg::verify_detached(&data, &signature, homedir)
@@ -174,11 +189,7 @@ fn read_tracker(
 ) -> Result<(tracker::Issues, Database)> {
     let path = db.path;
     let bad = |message: String| BadInput::new(db.option, format!("{}: {message}", path.display()));
-    let file = File::open(path).map_err(|e| bad(e.to_string()))?;
-    let meta = file.metadata().map_err(|e| bad(e.to_string()))?;
-    if !meta.is_file() {
-        return Err(bad("not a regular file".into()).into());
-    }
+    let (file, meta) = open_regular(path).map_err(bad)?;
     if meta.len() > MAX_TRACKER_BYTES {
         return Err(bad(format!(
             "{} bytes, more than the {MAX_TRACKER_BYTES} a tracker export may have",
@@ -191,14 +202,15 @@ fn read_tracker(
         release,
         sources: &names,
     };
-    let mut reader = BufReader::with_capacity(1 << 20, HashingReader::new(file));
+    let mut reader = BufReader::with_capacity(1 << 20, HashingReader::new(file.take(MAX_TRACKER_BYTES)));
     let issues = tracker::parse(&mut reader, &wanted)
         .map_err(|e| bad(format!("not the Debian security tracker's JSON: {e}")))?;
-    // Valid JSON that knows none of the packages (`{}`, another
-    // distribution's data) must not become a report of no vulnerabilities.
-    if issues.is_empty() && !names.is_empty() {
+    // Valid JSON with nothing for these packages in this release (`{}`,
+    // another distribution's data, another release's name) must not become
+    // a report of no vulnerabilities.
+    if issues.values().all(Vec::is_empty) && !names.is_empty() {
         return Err(bad(format!(
-            "names none of the commit's {} source packages: not the Debian security tracker's data",
+            "has no issue for Debian {release} in any of the commit's {} source packages: not the Debian security tracker's data for {release}",
             names.len()
         ))
         .into());

@@ -43,6 +43,8 @@ pub struct Report {
     pub release: String,
     pub database: Database,
     pub source_packages: usize,
+    /// How the kernel was matched, or why it was not.
+    pub kernel: String,
     /// Findings by state and urgency: `{"affected": {"high": 2}}`.
     pub counts: BTreeMap<&'static str, BTreeMap<&'static str, usize>>,
     pub findings: Vec<Finding>,
@@ -64,6 +66,7 @@ impl Report {
             release,
             database,
             source_packages,
+            kernel: "not stated".into(),
             counts: counts(&findings),
             findings,
             cleared: Vec::new(),
@@ -104,13 +107,13 @@ pub fn render_vex(out: &mut String, cleared: &[Cleared], documents: &[VexDocumen
             cleared.source,
             cleared.installed_version,
             cleared.status.as_str(),
-            cleared.reason.as_deref().unwrap_or("-"),
+            crate::io::clean(cleared.reason.as_deref().unwrap_or("-")),
             cleared.vex
         );
     }
     for document in documents {
         if let Some(why) = &document.ignored {
-            let _ = writeln!(out, "  ignored  {}: {why}", document.path);
+            let _ = writeln!(out, "  ignored  {}: {}", document.path, crate::io::clean(why));
         }
     }
 }
@@ -122,6 +125,7 @@ pub fn render(report: &Report) -> String {
     let count = |state: State| report.findings.iter().filter(|f| f.state == state).count();
     let _ = writeln!(out, "commit   {}", report.commit);
     let _ = writeln!(out, "release  Debian {}", report.release);
+    let _ = writeln!(out, "kernel   {}", report.kernel);
     let _ = writeln!(
         out,
         "database {} ({}, {} bytes, sha256 {}, written {})",

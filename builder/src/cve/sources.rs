@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use anyhow::{Result, bail};
 
+use super::tracker::MAX_VERSION_BYTES;
 use crate::sbom::document::Document;
 
 /// A Debian source package installed in one version, and the binary
@@ -38,6 +39,12 @@ pub fn installed_sources(document: &Document) -> Result<Vec<InstalledSource>> {
             ),
             None => continue,
         };
+        if version.len() > MAX_VERSION_BYTES || crate::sbom::dpkg::parse_version(version).is_err() {
+            bail!(
+                "the SBOM's package {} states source version {version:?}, not a Debian version",
+                package.spdx_id
+            );
+        }
         let key = (name.to_string(), version.to_string());
         sources.entry(key).or_default().push(package.name.clone());
     }
@@ -49,6 +56,25 @@ pub fn installed_sources(document: &Document) -> Result<Vec<InstalledSource>> {
             binaries,
         })
         .collect())
+}
+
+/// How the document's kernel is matched: as the Debian source package it
+/// was built from, or not at all, said so.
+pub fn kernel_match(document: &Document) -> String {
+    let Some(kernel) = document
+        .packages
+        .iter()
+        .find(|p| p.spdx_id == crate::sbom::KERNEL_ID)
+    else {
+        return "NOT CHECKED: the SBOM states no kernel".into();
+    };
+    match crate::sbom::parse_debian_source_info(kernel.source_info.as_deref().unwrap_or_default()) {
+        Some((name, version)) => format!("matched as the Debian source package {name} {version}"),
+        None => format!(
+            "NOT CHECKED: the SBOM states no Debian source for linux {} (built from another source)",
+            crate::io::clean(kernel.version_info.as_deref().unwrap_or("?"))
+        ),
+    }
 }
 
 /// `VERSION_CODENAME` of an os-release file (`bookworm`), when it is a

@@ -1,8 +1,11 @@
 //! OpenVEX documents (`https://openvex.dev/ns/v0.2.0`): statements that a
 //! vulnerability does not affect, or is fixed in, a product; read and
 //! matched against findings (pure). Products are Debian source packages by
-//! purl, `pkg:deb/debian/SOURCE` or `pkg:deb/debian/SOURCE@VERSION` (the
-//! source version `imgbuild cve` prints); other products match nothing.
+//! purl with `arch=source`: `pkg:deb/debian/SOURCE?arch=source` or
+//! `pkg:deb/debian/SOURCE@VERSION?arch=source` (the source version
+//! `imgbuild cve` prints). Any other product, a binary package's purl too,
+//! matches nothing: the issue is in the source, and clearing one binary
+//! must not clear its siblings.
 
 use serde::Deserialize;
 
@@ -136,7 +139,9 @@ pub enum VexError {
     Context(String),
     #[error("no statements")]
     Empty,
-    #[error("statement {index} ({vulnerability}): not_affected needs a justification or an impact_statement")]
+    #[error(
+        "statement {index} ({vulnerability:?}): not_affected needs a justification or an impact_statement"
+    )]
     Unjustified { index: usize, vulnerability: String },
 }
 
@@ -204,10 +209,15 @@ fn statement_of(index: usize, raw: RawStatement) -> Result<Statement, VexError> 
     })
 }
 
-/// `pkg:deb/debian/NAME[@VERSION][?…][#…]`, the version percent-decoded.
+/// `pkg:deb/debian/NAME[@VERSION]?arch=source[…][#…]`, the version
+/// percent-decoded; `None` for anything else, binary packages included.
 pub fn debian_source(purl: &str) -> Option<DebianSource> {
     let rest = purl.strip_prefix("pkg:deb/debian/")?;
-    let rest = rest.split(['?', '#']).next().unwrap_or_default();
+    let rest = rest.split('#').next().unwrap_or_default();
+    let (rest, qualifiers) = rest.split_once('?')?;
+    if !qualifiers.split('&').any(|q| q == "arch=source") {
+        return None;
+    }
     let (name, version) = match rest.split_once('@') {
         Some((name, version)) => (name, Some(percent_decode(version)?)),
         None => (rest, None),
@@ -234,21 +244,27 @@ fn percent_decode(text: &str) -> Option<String> {
     String::from_utf8(bytes).ok()
 }
 
-/// The first statement of `statements` that clears `finding`: its id, a
-/// product naming its source package (at its installed version, if a
-/// version is given), and `not_affected` or `fixed`.
+/// The statement of `statements` that clears `finding`: its id, a product
+/// naming its source package at its installed version (any version for
+/// `not_affected` without one; `fixed` must name the version), and
+/// `not_affected` or `fixed`; and no statement saying `affected` or
+/// `under_investigation` for it.
 pub fn clearing<'a>(statements: &'a [Statement], finding: &Finding) -> Option<&'a Statement> {
-    statements.iter().find(|statement| {
-        statement.status.clears()
-            && statement.vulnerability == finding.id
+    let about = |statement: &&Statement| {
+        statement.vulnerability == finding.id
             && statement.products.iter().any(|product| {
                 product.name == finding.source
-                    && product
-                        .version
-                        .as_ref()
-                        .is_none_or(|v| *v == finding.installed_version)
+                    && match &product.version {
+                        Some(version) => *version == finding.installed_version,
+                        None => statement.status != VexStatus::Fixed,
+                    }
             })
-    })
+    };
+    let mut relevant = statements.iter().filter(about);
+    if relevant.clone().any(|statement| !statement.status.clears()) {
+        return None;
+    }
+    relevant.next()
 }
 
 #[cfg(test)]
@@ -267,11 +283,18 @@ mod tests {
         {"vulnerability": {"name": "CVE-2023-4911"},
          "products": [{"@id": "pkg:deb/debian/glibc@2.36-9%2Bdeb12u10?arch=source"}],
          "status": "not_affected", "justification": "vulnerable_code_not_in_execute_path"},
-        {"vulnerability": "CVE-2019-18276", "products": [{"@id": "pkg:deb/debian/bash"}],
+        {"vulnerability": "CVE-2019-18276", "products": [{"@id": "pkg:deb/debian/bash?arch=source"}],
          "status": "affected", "action_statement": "none"},
         {"vulnerability": {"name": "CVE-2022-0001"},
-         "products": [{"@id": "pkg:oci/other"}, {"@id": "pkg:deb/debian/zlib"}],
-         "status": "fixed"}
+         "products": [{"@id": "pkg:oci/other"}, {"@id": "pkg:deb/debian/zlib@1%3A1.2.13?arch=source"},
+                      {"@id": "pkg:deb/debian/zlib?arch=amd64"}],
+         "status": "fixed"},
+        {"vulnerability": {"name": "CVE-2022-0002"}, "products": [{"@id": "pkg:deb/debian/zlib?arch=source"}],
+         "status": "fixed"},
+        {"vulnerability": {"name": "CVE-2022-0003"}, "products": [{"@id": "pkg:deb/debian/zlib?arch=source"}],
+         "status": "not_affected", "impact_statement": "not built"},
+        {"vulnerability": {"name": "CVE-2022-0003"},
+         "products": [{"@id": "pkg:deb/debian/zlib@1%3A1.2.13?arch=source"}], "status": "under_investigation"}
       ]
     }"#;
 
@@ -290,11 +313,11 @@ mod tests {
     #[test]
     fn statements_clear_their_source_at_their_version() {
         let statements = parse(DOCUMENT).unwrap();
-        assert_eq!(statements.len(), 3);
+        assert_eq!(statements.len(), 6);
         assert_eq!(
             statements[2].products.len(),
             1,
-            "the OCI product is not a Debian source"
+            "neither the OCI product nor a binary package is a Debian source"
         );
         let glibc = finding("CVE-2023-4911", "glibc", "2.36-9+deb12u10");
         let cleared = clearing(&statements, &glibc).unwrap();
@@ -308,7 +331,17 @@ mod tests {
         assert!(clearing(&statements, &other_id).is_none());
         let bash = finding("CVE-2019-18276", "bash", "5.2.15-2");
         assert!(clearing(&statements, &bash).is_none(), "affected clears nothing");
-        assert!(clearing(&statements, &finding("CVE-2022-0001", "zlib", "1:1.2.13")).is_some());
+        let zlib = |id: &str| finding(id, "zlib", "1:1.2.13");
+        assert!(clearing(&statements, &zlib("CVE-2022-0001")).is_some());
+        assert!(
+            clearing(&statements, &zlib("CVE-2022-0002")).is_none(),
+            "fixed must name the version"
+        );
+        let investigated = clearing(&statements, &zlib("CVE-2022-0003"));
+        assert!(
+            investigated.is_none(),
+            "another statement says it is still being looked at"
+        );
     }
 
     #[test]
@@ -337,11 +370,14 @@ mod tests {
             (epoch.name.as_str(), epoch.version.as_deref()),
             ("zlib", Some("1:1.2.13.dfsg-1"))
         );
-        assert_eq!(debian_source("pkg:deb/debian/bash").unwrap().version, None);
+        let any = debian_source("pkg:deb/debian/bash?distro=debian-12&arch=source").unwrap();
+        assert_eq!(any.version, None);
         for bad in [
-            "pkg:deb/ubuntu/bash",
-            "pkg:deb/debian/Bash",
-            "pkg:deb/debian/bash@1%zz",
+            "pkg:deb/ubuntu/bash?arch=source",
+            "pkg:deb/debian/Bash?arch=source",
+            "pkg:deb/debian/bash@1%zz?arch=source",
+            "pkg:deb/debian/bash",
+            "pkg:deb/debian/bash@5.2?arch=amd64",
             "bash",
         ] {
             assert_eq!(debian_source(bad), None, "{bad}");

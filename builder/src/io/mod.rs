@@ -23,6 +23,27 @@ pub fn filesystem_magic(dir: &std::path::Path) -> anyhow::Result<i64> {
     Ok(stat.f_type)
 }
 
+/// Text from a target, a record or a hostile file, made safe to show and store: control
+/// characters and bidirectional overrides dropped, trimmed, at most 256
+/// characters.
+pub fn clean(text: &str) -> String {
+    let shown = |c: &char| {
+        !c.is_control()
+            && !matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    text.chars()
+        .filter(shown)
+        .take(256)
+        .collect::<String>()
+        .trim()
+        .to_string()
+}
+
+/// [`clean`] on each line.
+pub fn clean_lines(text: &str) -> String {
+    text.lines().map(clean).collect::<Vec<_>>().join("\n")
+}
+
 /// Opens `path` for reading without following a symlink at its last
 /// component, and without blocking on a FIFO swapped in for a file.
 pub fn open_nofollow(path: &std::path::Path) -> std::io::Result<std::fs::File> {

@@ -38,26 +38,7 @@ use emberrtos_contract::error::{Refused, exit};
 use emberrtos_contract::gate;
 use emberrtos_contract::io::root::ImageRoot;
 
-/// Text from a target or a record, made safe to show and store: control
-/// characters and bidirectional overrides dropped, trimmed, at most 256
-/// characters.
-pub fn clean(text: &str) -> String {
-    let shown = |c: &char| {
-        !c.is_control()
-            && !matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-    };
-    text.chars()
-        .filter(shown)
-        .take(256)
-        .collect::<String>()
-        .trim()
-        .to_string()
-}
-
-/// [`clean`] on each line.
-pub fn clean_lines(text: &str) -> String {
-    text.lines().map(clean).collect::<Vec<_>>().join("\n")
-}
+pub use crate::io::{clean, clean_lines};
 
 /// The kernel a target must run: the ref's commit, read afresh.
 #[derive(Clone, Debug, Default)]

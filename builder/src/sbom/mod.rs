@@ -39,7 +39,8 @@ const MANIFESTS: &[(&str, &str)] = &[
     ("cli-docs", include_str!("../../../cli-docs/Cargo.toml")),
 ];
 const OS_ID: &str = "SPDXRef-OS";
-const KERNEL_ID: &str = "SPDXRef-kernel-linux";
+/// The kernel's element in every SBOM.
+pub const KERNEL_ID: &str = "SPDXRef-kernel-linux";
 
 /// A file of the image, hashed, and the package it belongs to.
 #[derive(Clone, Debug)]

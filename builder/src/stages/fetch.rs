@@ -73,7 +73,12 @@ fn fetch_debian_from(package: &str, usr_src: &Path, cache: &Cache, ui: &Ui) -> R
         fetched.debian_source = installed_source(package);
         return Ok(fetched);
     }
-    if let Some(memo) = cache.read_index::<DebianMemo>("debian", package) {
+    // A memo from before sources were recorded is a miss: the kernel would
+    // go unmatched by vulnerability data.
+    let memo = cache
+        .read_index::<DebianMemo>("debian", package)
+        .filter(|memo| memo.source.is_some());
+    if let Some(memo) = memo {
         let origin = format!("Debian {package} {}", memo.version);
         if let Some(mut cached) = cached_blob(cache, &memo.sha256, &origin, ui)? {
             cached.debian_source = memo.source;

@@ -127,7 +127,13 @@ fn a_broken_database_or_release_is_refused_by_option() {
     .unwrap();
     for (db, extra, option, says) in [
         (&cut, &[][..], "--db", "line "),
-        (&empty, &[][..], "--db", "names none of the commit's"),
+        (&empty, &[][..], "--db", "has no issue for Debian bookworm"),
+        (
+            &good,
+            &["--release", "sid"][..],
+            "--db",
+            "has no issue for Debian sid",
+        ),
         (&typed, &[][..], "--db", "line 1, column"),
         (&missing, &[][..], "--db", "missing.json"),
         (

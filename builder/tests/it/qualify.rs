@@ -2073,7 +2073,7 @@ pub(crate) fn vex_clearing(id: &str) -> Value {
         "version": 1,
         "statements": [{
             "vulnerability": {"name": id},
-            "products": [{"@id": "pkg:deb/debian/libc6@2.36-9%2Bdeb12u10"}],
+            "products": [{"@id": "pkg:deb/debian/libc6@2.36-9%2Bdeb12u10?arch=source"}],
             "status": "not_affected",
             "justification": "vulnerable_code_not_in_execute_path"
         }]

@@ -186,6 +186,14 @@ fn cve_changes(
     };
     let before = crate::cve::report_of_commit(repo, from, db, None)?;
     let after = crate::cve::report_of_commit(repo, to, db, None)?;
+    if before.database.sha256 != after.database.sha256 {
+        anyhow::bail!(
+            "{} changed while it was read (sha256 {} then {}): run again",
+            db.path.display(),
+            before.database.sha256,
+            after.database.sha256
+        );
+    }
     Ok(crate::cve::changes::changes(&before, &after))
 }
 
