@@ -188,11 +188,12 @@ fn a_planted_cycle_is_found() {
 }
 
 /// The builder's lower layers import nothing above them: `io`, `recipe`,
-/// `stage` and `cache` no stage, command, pipeline or CLI.
+/// `stage`, `cache`, `sbom` and `cve` no stage, command, pipeline, CLI or
+/// qualification.
 #[test]
 fn the_builders_lower_layers_import_no_stage_or_command() {
     let graph = graph(&repo_root().join("builder/src"), 1);
-    for lower in ["io", "recipe", "stage", "cache", "tool", "ui"] {
+    for lower in ["io", "recipe", "stage", "cache", "tool", "ui", "sbom", "cve"] {
         let above: Vec<_> = graph[lower]
             .iter()
             .filter(|m| ["stages", "commands", "pipeline", "cli", "qualify"].contains(&m.as_str()))
