@@ -71,7 +71,7 @@ pub fn kernel_match(document: &Document) -> String {
     match crate::sbom::parse_debian_source_info(kernel.source_info.as_deref().unwrap_or_default()) {
         Some((name, version)) => format!("matched as the Debian source package {name} {version}"),
         None => format!(
-            "NOT CHECKED: the SBOM states no Debian source for linux {} (built from another source)",
+            "NOT CHECKED: the SBOM states no Debian source for the kernel (linux {})",
             crate::io::clean(kernel.version_info.as_deref().unwrap_or("?"))
         ),
     }
