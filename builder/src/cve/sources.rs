@@ -160,6 +160,29 @@ mod tests {
     }
 
     #[test]
+    fn the_report_says_how_the_kernel_was_matched() {
+        assert_eq!(
+            kernel_match(&document(vec![])),
+            "NOT CHECKED: the SBOM states no kernel"
+        );
+        let mut kernel = Package::new(crate::sbom::KERNEL_ID.into(), "linux");
+        kernel.version_info = Some("6.12.118".into());
+        let tarball = kernel_match(&document(vec![kernel.clone()]));
+        assert_eq!(
+            tarball,
+            "NOT CHECKED: the SBOM states no Debian source for the kernel (linux 6.12.118)"
+        );
+        kernel.source_info = Some(crate::sbom::debian_source_info(
+            "linux-6.12",
+            "6.12.118-1~deb12u1",
+        ));
+        assert_eq!(
+            kernel_match(&document(vec![kernel])),
+            "matched as the Debian source package linux-6.12 6.12.118-1~deb12u1"
+        );
+    }
+
+    #[test]
     fn the_release_is_the_os_release_code_name() {
         let text = "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nVERSION_CODENAME=bookworm\nID=debian\n";
         assert_eq!(release_codename(text), Some("bookworm"));
