@@ -11,6 +11,7 @@ use clap::{ArgGroup, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use crate::cache::{Cache, remote};
 use crate::commands::config_medium::{self, MediumOptions};
 use crate::commands::{diff, publish, vm};
+use crate::cve::DataSource;
 use crate::cve::tracker::Urgency;
 use crate::ostree;
 use crate::pipeline::{self, PipelineReport};
@@ -59,8 +60,11 @@ pub enum Command {
     /// files in the whole tree, RT evidence, and the bytes devices download.
     Diff(DiffArgs),
     /// A commit's known vulnerabilities: its SBOM's Debian source packages
-    /// against the Debian security tracker's JSON export.
+    /// against Debian's vulnerability data.
     Cve(crate::commands::cve::CveArgs),
+    /// The vulnerability data `cve`, `diff --cve` and `promote
+    /// --max-severity` read: fetch it into the cache, or show it.
+    CveDb(crate::commands::cve_db::CveDbArgs),
     /// Write a configuration medium (FAT image labelled EMBERCFG) from a provision.yaml.
     ConfigMedium(ConfigMediumArgs),
     /// Boot a disk image in QEMU through a copy-on-write overlay, with SSH
@@ -281,10 +285,19 @@ pub struct DiffArgs {
     /// changed), in text and JSON; the rest are counted. 0 names them all.
     #[arg(long, value_name = "N", default_value_t = 10)]
     files_per_group: usize,
-    /// Also the known vulnerabilities fixed and introduced, by this Debian
-    /// security tracker JSON export (as `imgbuild cve --db` reads it).
+    /// Also the known vulnerabilities fixed and introduced, by the data
+    /// `imgbuild cve-db update` kept in the cache.
+    #[arg(long)]
+    cve: bool,
+    /// Also the known vulnerabilities fixed and introduced, by this file
+    /// (the Debian security tracker's JSON, or osv.dev's zip of Debian OSV
+    /// records).
     #[arg(long, value_name = "FILE")]
     cve_db: Option<PathBuf>,
+    /// With --cve: the cache directory [default: $IMGBUILD_CACHE, else
+    /// ~/.cache/imgbuild].
+    #[arg(long, value_name = "DIR", requires = "cve", conflicts_with = "cve_db")]
+    cache_dir: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -369,12 +382,23 @@ pub struct PromoteArgs {
     /// undetermined) at or above LEVEL that no signed VEX statement clears:
     /// unimportant, low, medium, high, end-of-life, unassigned (`high` also
     /// refuses end-of-life and unassigned ones).
-    #[arg(long, value_name = "LEVEL", value_parser = urgency_word, requires = "cve_db")]
+    #[arg(long, value_name = "LEVEL", value_parser = urgency_word)]
     max_severity: Option<Urgency>,
-    /// The Debian security tracker's JSON export --max-severity judges by.
+    /// The vulnerability data --max-severity judges by (the Debian security
+    /// tracker's JSON, or osv.dev's zip of Debian OSV records) [default:
+    /// what `imgbuild cve-db update` kept in the cache].
     #[arg(long, value_name = "FILE", requires = "max_severity")]
     cve_db: Option<PathBuf>,
-    /// Refuse an export written more than DAYS days ago.
+    /// With --max-severity: the cache directory [default: $IMGBUILD_CACHE,
+    /// else ~/.cache/imgbuild].
+    #[arg(
+        long,
+        value_name = "DIR",
+        requires = "max_severity",
+        conflicts_with = "cve_db"
+    )]
+    cache_dir: Option<PathBuf>,
+    /// Refuse data dated more than DAYS days ago.
     #[arg(long, value_name = "DAYS", requires = "max_severity")]
     max_age: Option<u64>,
     /// An OpenVEX document whose statements may clear findings; it counts
@@ -579,6 +603,15 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Inspect(args) => run_inspect(args, cli.json),
         Command::Diff(args) => run_diff(args, cli.json),
         Command::Cve(args) => run_cve(args, &ui, cli.json),
+        Command::CveDb(args) => {
+            let shown = crate::commands::cve_db::run(args, &ui)?;
+            if cli.json {
+                print_json(&serde_json::to_value(&shown)?)?;
+            } else {
+                print!("{}", crate::commands::cve_db::render(&shown));
+            }
+            Ok(exit::OK)
+        }
         Command::ConfigMedium(args) => run_config_medium(args, cli.json),
         Command::Vm(args) => run_vm(args, &ui, cli.json),
         Command::Disk(args) => run_disk(args, &ui, cli.json),
@@ -797,12 +830,16 @@ fn run_inspect(args: InspectArgs, json: bool) -> Result<u8> {
 }
 
 fn run_diff(args: DiffArgs, json: bool) -> Result<u8> {
+    let cve = match args.cve || args.cve_db.is_some() {
+        true => Some(DataSource::choose(args.cve_db, "--cve-db", args.cache_dir)?),
+        false => None,
+    };
     let diff = diff::diff(
         &args.repo,
         &args.from,
         &args.to,
         args.files_per_group,
-        args.cve_db.as_deref(),
+        cve.as_ref(),
     )?;
     if json {
         print_json(&serde_json::to_value(&diff)?)?;
@@ -875,14 +912,14 @@ fn run_promote(args: PromoteArgs, ui: &Ui, json: bool) -> Result<u8> {
             max_budget_us: args.max_budget,
             allow_tofu: args.allow_tofu,
         },
-        cve: match (args.max_severity, args.cve_db) {
-            (Some(max_severity), Some(db)) => Some(qualify::promote::CveGate {
+        cve: match args.max_severity {
+            Some(max_severity) => Some(qualify::promote::CveGate {
                 max_severity,
-                db,
+                data: DataSource::choose(args.cve_db, "--cve-db", args.cache_dir)?,
                 max_age: args.max_age,
                 vex: args.vex,
             }),
-            _ => None,
+            None => None,
         },
     };
     qualify::promote::promote(&request, ui, &mut |report| {

@@ -7,7 +7,7 @@
 use std::fs::File;
 use std::io::{self, BufWriter};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
@@ -157,16 +157,62 @@ pub fn fetch_url_paced(
     if let Some(cached) = cached_blob(cache, sha256, url, ui)? {
         return Ok(cached);
     }
+    download(url, Some(sha256), cache, options, pace, ui).map(|downloaded| downloaded.fetched)
+}
+
+/// A download, and the date its server gave it.
+#[derive(Clone, Debug)]
+pub struct Dated {
+    pub fetched: Fetched,
+    /// The response's `Last-Modified`, when it had a valid one.
+    pub last_modified: Option<SystemTime>,
+}
+
+/// An https:// URL whose content no hash pins (data that changes daily):
+/// it is authenticated by TLS alone, so a plain http:// URL is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0} is not an https:// URL: without a pinned sha256, only TLS can authenticate what it serves")]
+pub struct NotTls(pub String);
+
+/// Downloads `url` into the cache with its date. With `sha256`, it is kept
+/// only with that hash (any scheme); without, `url` must be https://, whose
+/// certificate the system's trust store must vouch for.
+pub fn fetch_url_dated(
+    url: &str,
+    sha256: Option<&str>,
+    cache: &Cache,
+    options: &FetchOptions,
+    ui: &Ui,
+) -> Result<Dated> {
+    if sha256.is_none() && !url.starts_with("https://") {
+        return Err(NotTls(url.to_string()).into());
+    }
+    download(url, sha256, cache, options, &Pace::default(), ui)
+}
+
+/// Downloads `url`: retried, within `pace`, capped at `options.max_bytes`,
+/// kept only when its sha256 is `expected` (when given).
+fn download(
+    url: &str,
+    expected: Option<&str>,
+    cache: &Cache,
+    options: &FetchOptions,
+    pace: &Pace,
+    ui: &Ui,
+) -> Result<Dated> {
     let limits = Limits {
         max_bytes: options.max_bytes.unwrap_or(DEFAULT_MAX_BYTES),
         pace: pace.clone(),
         deadline_at: Instant::now() + pace.deadline,
     };
-    let client = http_client(options)?;
+    let client = match expected {
+        Some(_) => http_client(options)?,
+        None => tls_only_client(options)?,
+    };
     let mut wait = options.backoff;
     for attempt in 1..=options.attempts.max(1) {
         let error = match download_once(&client, url, &limits, cache, ui) {
-            Ok((temp, actual, size)) => return keep(temp, &actual, size, url, sha256, cache, ui),
+            Ok(body) => return keep(body, url, expected, cache, ui),
             Err(Attempt::Permanent(e)) => return Err(e.context(format!("downloading {url}"))),
             Err(Attempt::Transient(e)) => e,
         };
@@ -186,44 +232,75 @@ pub fn fetch_url_paced(
 
 /// The HTTP client of `options`' timeouts.
 pub(super) fn http_client(options: &FetchOptions) -> Result<reqwest::blocking::Client> {
+    client_builder(options)
+        .build()
+        .context("creating the HTTP client")
+}
+
+fn client_builder(options: &FetchOptions) -> reqwest::blocking::ClientBuilder {
     reqwest::blocking::Client::builder()
         .connect_timeout(options.connect_timeout)
         // In the blocking client this bounds each read, not the whole download.
         .timeout(options.read_timeout)
         .user_agent(concat!("imgbuild/", env!("CARGO_PKG_VERSION")))
+}
+
+/// A client for downloads TLS alone authenticates: a redirect that leaves
+/// https:// is refused.
+fn tls_only_client(options: &FetchOptions) -> Result<reqwest::blocking::Client> {
+    let policy = reqwest::redirect::Policy::custom(|attempt| {
+        if attempt.url().scheme() != "https" {
+            let error = NotTls(attempt.url().to_string());
+            attempt.error(error)
+        } else if attempt.previous().len() >= 10 {
+            attempt.error("more than 10 redirects")
+        } else {
+            attempt.follow()
+        }
+    });
+    client_builder(options)
+        .redirect(policy)
         .build()
         .context("creating the HTTP client")
 }
 
-/// Stores a downloaded temp file as blob `sha256` if it hashed to that;
-/// otherwise it is dropped, which deletes it.
-fn keep(
-    temp: tempfile::NamedTempFile,
-    actual: &str,
-    size: u64,
-    url: &str,
-    sha256: &str,
-    cache: &Cache,
-    ui: &Ui,
-) -> Result<Fetched> {
-    if actual != sha256 {
+/// Stores a downloaded body as its blob if it hashed to `expected` (or
+/// nothing was expected); otherwise it is dropped, which deletes it.
+fn keep(body: Body, url: &str, expected: Option<&str>, cache: &Cache, ui: &Ui) -> Result<Dated> {
+    if let Some(expected) = expected.filter(|expected| *expected != body.sha256) {
         return Err(ChecksumMismatch {
             origin: url.to_string(),
-            expected: sha256.to_string(),
-            actual: actual.to_string(),
+            expected: expected.to_string(),
+            actual: body.sha256,
         }
         .into());
     }
-    let path = cache.store_blob(temp, sha256)?;
-    ui.note(format!("downloaded {url} ({size} bytes, sha256 verified)"));
-    Ok(Fetched {
-        sha256: sha256.to_string(),
-        path,
-        origin: url.to_string(),
-        size,
-        cached: false,
-        debian_source: None,
+    let path = cache.store_blob(body.temp, &body.sha256)?;
+    let checked = if expected.is_some() {
+        "sha256 verified"
+    } else {
+        "over TLS"
+    };
+    ui.note(format!("downloaded {url} ({} bytes, {checked})", body.size));
+    Ok(Dated {
+        fetched: Fetched {
+            sha256: body.sha256,
+            path,
+            origin: url.to_string(),
+            size: body.size,
+            cached: false,
+            debian_source: None,
+        },
+        last_modified: body.last_modified,
     })
+}
+
+/// A response body in a temp file of the cache.
+struct Body {
+    temp: tempfile::NamedTempFile,
+    sha256: String,
+    size: u64,
+    last_modified: Option<SystemTime>,
 }
 
 /// What one download may take.
@@ -253,11 +330,8 @@ fn download_once(
     limits: &Limits,
     cache: &Cache,
     ui: &Ui,
-) -> Result<(tempfile::NamedTempFile, String, u64), Attempt> {
-    let response = client
-        .get(url)
-        .send()
-        .map_err(|e| Attempt::Transient(anyhow::Error::new(e).context("sending the request")))?;
+) -> Result<Body, Attempt> {
+    let response = client.get(url).send().map_err(send_failure)?;
     let status = response.status();
     if !status.is_success() {
         let error = anyhow::anyhow!("server answered {status}");
@@ -269,6 +343,11 @@ fn download_once(
         });
     }
     let expected_len = response.content_length();
+    let last_modified = response
+        .headers()
+        .get(reqwest::header::LAST_MODIFIED)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|text| httpdate::parse_http_date(text).ok());
     let limit = limits.max_bytes;
     if expected_len.is_some_and(|len| len > limit) {
         return Err(Attempt::Permanent(anyhow::anyhow!(
@@ -304,7 +383,27 @@ fn download_once(
             "connection closed after {received} of {len} bytes"
         )));
     }
-    Ok((temp, actual, received))
+    Ok(Body {
+        temp,
+        sha256: actual,
+        size: received,
+        last_modified,
+    })
+}
+
+/// A request that could not be sent: an untrusted TLS certificate or a
+/// refused redirect is final, anything else (a refused or reset connection) is worth another
+/// attempt.
+fn send_failure(e: reqwest::Error) -> Attempt {
+    let refused_redirect = e.is_redirect();
+    let error = anyhow::Error::new(e).context("sending the request");
+    if refused_redirect {
+        Attempt::Permanent(error)
+    } else if format!("{error:#}").contains("certificate verify failed") {
+        Attempt::Permanent(error.context("the server's TLS certificate is not trusted here"))
+    } else {
+        Attempt::Transient(error)
+    }
 }
 
 /// A failed body read: past the deadline is final, anything else (a

@@ -1,5 +1,5 @@
-//! `imgbuild cve`: a commit's known vulnerabilities, from its SBOM and the
-//! Debian security tracker's JSON export, less what signed VEX clears.
+//! `imgbuild cve`: a commit's known vulnerabilities, from its SBOM and
+//! Debian's vulnerability data, less what signed VEX clears.
 
 use std::path::PathBuf;
 
@@ -8,7 +8,7 @@ use clap::Args;
 use emberrtos_contract::error::BadInput;
 
 use crate::cve::report::Report;
-use crate::cve::{TrackerFile, sources};
+use crate::cve::{DataSource, sources};
 use crate::io::gpg;
 use crate::ui::Ui;
 
@@ -20,15 +20,20 @@ pub struct CveArgs {
     /// The commit (a ref or checksum).
     #[arg(value_name = "COMMIT")]
     rev: String,
-    /// The Debian security tracker's JSON export
-    /// (https://security-tracker.debian.org/tracker/data/json).
+    /// Vulnerability data: the Debian security tracker's JSON export
+    /// (https://security-tracker.debian.org/tracker/data/json) or osv.dev's
+    /// zip of Debian OSV records [default: what `imgbuild cve-db update`
+    /// kept in the cache].
     #[arg(long, value_name = "FILE")]
-    db: PathBuf,
+    db: Option<PathBuf>,
+    /// Cache directory [default: $IMGBUILD_CACHE, else ~/.cache/imgbuild].
+    #[arg(long, value_name = "DIR", conflicts_with = "db")]
+    cache_dir: Option<PathBuf>,
     /// The Debian release to match [default: the commit's VERSION_CODENAME].
     #[arg(long, value_name = "CODENAME")]
     release: Option<String>,
-    /// Fail when the export was written more than DAYS days ago (without
-    /// it, more than 7 days is a warning).
+    /// Fail when the data is dated more than DAYS days ago (without it,
+    /// more than 7 days is a warning).
     #[arg(long, value_name = "DAYS")]
     max_age: Option<u64>,
     /// An OpenVEX document whose statements clear findings; it counts only
@@ -53,11 +58,8 @@ pub fn run(args: CveArgs, ui: &Ui) -> Result<Report> {
         return Err(BadInput::new("--release", format!("{name:?} is not a Debian code name")).into());
     }
     let repo = crate::ostree::open(&args.repo)?;
-    let db = TrackerFile {
-        path: &args.db,
-        option: "--db",
-    };
-    let mut report = crate::cve::report_of_commit(&repo, &args.rev, db, args.release.as_deref())?;
+    let data = DataSource::choose(args.db, "--db", args.cache_dir)?;
+    let mut report = crate::cve::report_of_commit(&repo, &args.rev, &data, args.release.as_deref())?;
     if let Some(warning) = crate::cve::check_age(&report.database, args.max_age)? {
         ui.warn(warning);
     }

@@ -3,6 +3,7 @@
 pub mod cache;
 pub mod config_medium;
 pub mod cve;
+pub mod cve_db;
 pub mod diff;
 pub mod publish;
 pub mod vm;

@@ -65,7 +65,7 @@ pub fn render(gate: &GateReport) -> String {
     let mut out = format!(
         "cve: Debian {}, {} (sha256 {}), --max-severity {}: {} blocking, {} cleared by VEX\n",
         gate.release,
-        gate.database.path,
+        gate.database.source,
         gate.database.sha256,
         gate.max_severity.as_str(),
         gate.blocking.len(),

@@ -4,32 +4,32 @@
 //! what is left.
 
 pub mod changes;
+pub mod data;
 pub mod gate;
 pub mod matching;
+pub mod osv;
 pub mod report;
 pub mod sources;
+pub mod store;
 pub mod tracker;
 pub mod vex;
 
-use std::collections::BTreeSet;
-use std::fs::File;
-use std::io::{BufReader, Read};
-use std::path::Path;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use anyhow::{Context, Result};
 use emberrtos_contract::error::BadInput;
 
+use crate::cache::Cache;
 use crate::io::gpg;
-use crate::io::hashing::{HashingReader, sha256_hex};
+use crate::io::hashing::sha256_hex;
 use crate::transport::bounded::read_capped;
+use data::DataFile;
 use report::{Database, Report};
 use sources::InstalledSource;
+use tracker::{Issues, Wanted};
 use vex::{LoadedVex, VexDocument};
-
-/// The largest export read: the tracker's whole JSON is some hundreds of
-/// megabytes; anything past this is not it.
-pub const MAX_TRACKER_BYTES: u64 = 2 << 30;
 
 /// The largest VEX document read.
 const MAX_VEX_BYTES: u64 = 16 << 20;
@@ -37,52 +37,109 @@ const MAX_VEX_BYTES: u64 = 16 << 20;
 /// The largest detached signature read.
 const MAX_SIGNATURE_BYTES: u64 = 64 << 10;
 
-/// Opens a regular file (through symlinks: the user names it): a FIFO or
-/// device in its place is refused, never waited on or read without end.
-fn open_regular(path: &Path) -> Result<(File, std::fs::Metadata), String> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| e.to_string())?;
-    let meta = file.metadata().map_err(|e| e.to_string())?;
-    if !meta.is_file() {
-        return Err("not a regular file".into());
-    }
-    Ok((file, meta))
-}
-
 const OS_RELEASE: &str = "usr/lib/os-release";
 
-/// A tracker export, and the option that named it (for errors).
-#[derive(Clone, Copy, Debug)]
-pub struct TrackerFile<'a> {
-    pub path: &'a Path,
-    pub option: &'a str,
+/// Where a report's vulnerability data is read.
+#[derive(Clone, Debug)]
+pub enum DataSource {
+    /// A file named on the command line with `option`.
+    File { path: PathBuf, option: &'static str },
+    /// What `imgbuild cve-db update` kept in this cache.
+    Cached(Box<Cache>),
+}
+
+impl DataSource {
+    /// `file` when one was named with `option`, else the cache in
+    /// `cache_dir` (or the default cache).
+    pub fn choose(
+        file: Option<PathBuf>,
+        option: &'static str,
+        cache_dir: Option<PathBuf>,
+    ) -> Result<DataSource> {
+        Ok(match file {
+            Some(path) => DataSource::File { path, option },
+            None => DataSource::Cached(Box::new(Cache::open(
+                &cache_dir.unwrap_or_else(Cache::default_root),
+            )?)),
+        })
+    }
 }
 
 /// The report of commit `rev` in `repo`: its SBOM (checked against the
-/// metadata) against the export, for `release` or else the commit's own.
+/// metadata) against the data, for `release` or else the commit's own.
 pub fn report_of_commit(
     repo: &ostree::Repo,
     rev: &str,
-    db: TrackerFile,
+    data: &DataSource,
     release: Option<&str>,
 ) -> Result<Report> {
+    let mut reports = reports_of_commits(repo, &[rev], data, release)?;
+    Ok(reports.remove(0))
+}
+
+/// The reports of commits `revs`, as [`report_of_commit`] makes each, from
+/// one read of the data per Debian release among them.
+pub fn reports_of_commits(
+    repo: &ostree::Repo,
+    revs: &[&str],
+    data: &DataSource,
+    release: Option<&str>,
+) -> Result<Vec<Report>> {
+    let commits = revs
+        .iter()
+        .map(|rev| commit_sources(repo, rev, release))
+        .collect::<Result<Vec<_>>>()?;
+    let mut reads = BTreeMap::new();
+    for commit in &commits {
+        if !reads.contains_key(&commit.release) {
+            let names: BTreeSet<String> = commits
+                .iter()
+                .filter(|other| other.release == commit.release)
+                .flat_map(|other| other.installed.iter().map(|s| s.name.clone()))
+                .collect();
+            reads.insert(
+                commit.release.clone(),
+                read_issues(data, &commit.release, &names)?,
+            );
+        }
+    }
+    commits
+        .into_iter()
+        .map(|commit| {
+            let (issues, database) = &reads[&commit.release];
+            let findings = matching::findings(&commit.installed, issues)
+                .with_context(|| format!("matching against {}", database.source))?;
+            let count = commit.installed.len();
+            let mut report = Report::new(commit.checksum, commit.release, database.clone(), count, findings);
+            report.kernel = commit.kernel;
+            Ok(report)
+        })
+        .collect()
+}
+
+/// What a report needs of a commit.
+struct CommitSources {
+    checksum: String,
+    release: String,
+    installed: Vec<InstalledSource>,
+    /// How the kernel is matched.
+    kernel: String,
+}
+
+/// The source packages of commit `rev`, from its SBOM, and its release.
+fn commit_sources(repo: &ostree::Repo, rev: &str, release: Option<&str>) -> Result<CommitSources> {
     let info = crate::ostree::read_commit(repo, rev)?;
     let (document, _, _) = crate::sbom::document_of_commit(repo, &info)?;
-    let installed = sources::installed_sources(&document)?;
     let release = match release {
         Some(name) => name.to_string(),
         None => release_of_commit(repo, &info.checksum)?,
     };
-    let (issues, database) = read_tracker(db, &release, &installed)?;
-    let findings = matching::findings(&installed, &issues)
-        .with_context(|| format!("matching against {}", db.path.display()))?;
-    let mut report = Report::new(info.checksum, release, database, installed.len(), findings);
-    report.kernel = sources::kernel_match(&document);
-    Ok(report)
+    Ok(CommitSources {
+        installed: sources::installed_sources(&document)?,
+        kernel: sources::kernel_match(&document),
+        checksum: info.checksum,
+        release,
+    })
 }
 
 /// The commit's Debian release, from its os-release.
@@ -108,7 +165,7 @@ fn release_of_commit(repo: &ostree::Repo, checksum: &str) -> Result<String> {
 /// with the reason.
 pub fn load_vex(path: &Path, option: &str, signer: &str, homedir: Option<&Path>) -> Result<LoadedVex> {
     let bad = |message: String| BadInput::new(option, format!("{}: {message}", path.display()));
-    let (file, _) = open_regular(path).map_err(bad)?;
+    let (file, _) = crate::io::open_regular(path).map_err(bad)?;
     let data =
         read_capped(file, MAX_VEX_BYTES).ok_or_else(|| bad(format!("larger than {MAX_VEX_BYTES} bytes")))?;
     let mut document = VexDocument {
@@ -117,7 +174,7 @@ pub fn load_vex(path: &Path, option: &str, signer: &str, homedir: Option<&Path>)
         ignored: None,
     };
     let sig_path = format!("{}.sig", path.display());
-    let signature = open_regular(Path::new(&sig_path)).and_then(|(file, _)| {
+    let signature = crate::io::open_regular(Path::new(&sig_path)).and_then(|(file, _)| {
         read_capped(file, MAX_SIGNATURE_BYTES).ok_or_else(|| "too large for a signature".to_string())
     });
     let statements = match signature {
@@ -155,18 +212,21 @@ fn authentic_statements(
 /// Data older than this many days gets a warning unless `--max-age` says.
 pub const WARN_AGE_DAYS: u64 = 7;
 
-/// Fails when the export is older than `max_age` days; else a warning when
+/// Fails when the data is older than `max_age` days; else a warning when
 /// it is older than [`WARN_AGE_DAYS`] and no limit was given.
 pub fn check_age(database: &Database, max_age: Option<u64>) -> Result<Option<String>> {
     let age = database.age_days;
     let said = |limit: u64| {
         format!(
-            "{} was written {} ({age} days ago), more than {limit} days ago",
-            database.path, database.modified
+            "{}: the data is dated {} ({age} days ago), more than {limit} days ago",
+            database.source, database.modified
         )
     };
     match max_age {
-        Some(limit) if age > limit => anyhow::bail!("{}: fetch newer data, or raise --max-age", said(limit)),
+        Some(limit) if age > limit => anyhow::bail!(
+            "{}: run `imgbuild cve-db update`, or raise --max-age",
+            said(limit)
+        ),
         None if age > WARN_AGE_DAYS => Ok(Some(format!(
             "{}: the report may miss newer issues",
             said(WARN_AGE_DAYS)
@@ -175,63 +235,59 @@ pub fn check_age(database: &Database, max_age: Option<u64>) -> Result<Option<Str
     }
 }
 
-/// The export's age in whole days, from its `modified` time and `now`.
+/// The data's age in whole days, from its date and `now`.
 pub fn age_days(modified: SystemTime, now: SystemTime) -> u64 {
     now.duration_since(modified)
         .map_or(0, |age| age.as_secs() / 86_400)
 }
 
-/// The release's issues of the installed sources, and what was read.
-fn read_tracker(
-    db: TrackerFile,
-    release: &str,
-    installed: &[InstalledSource],
-) -> Result<(tracker::Issues, Database)> {
-    let path = db.path;
-    let bad = |message: String| BadInput::new(db.option, format!("{}: {message}", path.display()));
-    let (file, meta) = open_regular(path).map_err(bad)?;
-    if meta.len() > MAX_TRACKER_BYTES {
-        return Err(bad(format!(
-            "{} bytes, more than the {MAX_TRACKER_BYTES} a tracker export may have",
-            meta.len()
-        ))
-        .into());
-    }
-    let names: BTreeSet<String> = installed.iter().map(|s| s.name.clone()).collect();
-    let wanted = tracker::Wanted {
-        release,
-        sources: &names,
+/// The release's issues of the source packages `names`, and what was read.
+fn read_issues(data: &DataSource, release: &str, names: &BTreeSet<String>) -> Result<(Issues, Database)> {
+    let wanted = Wanted {
+        release: Some(release),
+        sources: Some(names),
     };
-    let mut reader = BufReader::with_capacity(1 << 20, HashingReader::new(file.take(MAX_TRACKER_BYTES)));
-    let issues = tracker::parse(&mut reader, &wanted)
-        .map_err(|e| bad(format!("not the Debian security tracker's JSON: {e}")))?;
-    // Valid JSON with nothing for these packages in this release (`{}`,
+    let (read, source, written) = match data {
+        DataSource::File { path, option } => {
+            let shown = path.display().to_string();
+            let file = DataFile {
+                path,
+                shown: &shown,
+                option,
+            };
+            let read = data::read(file, &wanted)?;
+            let written = read.modified;
+            (read, shown, written)
+        }
+        DataSource::Cached(cache) => {
+            let (read, current) = store::read_current(cache, &wanted)?;
+            let written = current.date().unwrap_or(SystemTime::UNIX_EPOCH);
+            (read, crate::io::clean(&current.source), written)
+        }
+    };
+    // Valid data with nothing for these packages in this release (`{}`,
     // another distribution's data, another release's name) must not become
     // a report of no vulnerabilities.
-    if issues.values().all(Vec::is_empty) && !names.is_empty() {
-        return Err(bad(format!(
-            "has no issue for Debian {release} in any of the commit's {} source packages: not the Debian security tracker's data for {release}",
+    if read.issues.values().all(Vec::is_empty) && !names.is_empty() {
+        let message = format!(
+            "{source} has no issue for Debian {release} in any of the {} source packages looked up: it is not the data of {release}",
             names.len()
-        ))
-        .into());
+        );
+        return Err(match data {
+            DataSource::File { option, .. } => BadInput::new(option, message).into(),
+            DataSource::Cached(_) => anyhow::anyhow!(message),
+        });
     }
-    let (sha256, bytes) = reader
-        .into_inner()
-        .finish()
-        .with_context(|| format!("reading {}", path.display()))?;
-    let written = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
-    let modified = written
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |since| since.as_secs());
+    let since_epoch = written.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
     let database = Database {
-        format: "debian-security-tracker-json",
-        path: path.display().to_string(),
-        sha256,
-        bytes,
-        modified: rtreport::utc::rfc3339(modified),
+        format: read.format.as_str(),
+        source,
+        sha256: read.sha256,
+        bytes: read.bytes,
+        modified: rtreport::utc::rfc3339(since_epoch.as_secs()),
         age_days: age_days(written, SystemTime::now()),
     };
-    Ok((issues, database))
+    Ok((read.issues, database))
 }
 
 #[cfg(test)]

@@ -6,15 +6,18 @@ use std::fmt::Write;
 use super::matching::{Finding, State};
 use super::vex::{self, Cleared, LoadedVex, VexDocument};
 
-/// The tracker export a report was made from.
+/// The vulnerability data a report was made from.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct Database {
     pub format: &'static str,
-    pub path: String,
+    /// The file it was read from, or the URL or file `imgbuild cve-db
+    /// update` took it from.
+    pub source: String,
     pub sha256: String,
     pub bytes: u64,
-    /// When the file was last written (UTC): the data's date.
+    /// The data's date (UTC): when the file was last written, or the
+    /// server's `Last-Modified` when it was downloaded.
     pub modified: String,
     /// Whole days since then.
     pub age_days: u64,
@@ -26,7 +29,7 @@ impl Database {
     pub fn example() -> Database {
         Database {
             format: "debian-security-tracker-json",
-            path: "db.json".into(),
+            source: "db.json".into(),
             sha256: "ab".repeat(32),
             bytes: 42,
             modified: "2026-12-01T00:00:00Z".into(),
@@ -128,8 +131,8 @@ pub fn render(report: &Report) -> String {
     let _ = writeln!(out, "kernel   {}", report.kernel);
     let _ = writeln!(
         out,
-        "database {} ({}, {} bytes, sha256 {}, written {})",
-        db.path, db.format, db.bytes, db.sha256, db.modified
+        "database {} ({}, {} bytes, sha256 {}, dated {})",
+        db.source, db.format, db.bytes, db.sha256, db.modified
     );
     let _ = writeln!(
         out,

@@ -118,12 +118,20 @@ pub struct Issue {
 /// The issues of each source package asked for, by source package name.
 pub type Issues = BTreeMap<String, Vec<Issue>>;
 
-/// Which part of the export to keep.
+/// Which part of the data to keep.
 pub struct Wanted<'a> {
-    /// The release's code name (`bookworm`).
-    pub release: &'a str,
-    /// Source package names.
-    pub sources: &'a BTreeSet<String>,
+    /// The release's code name (`bookworm`); `None`: no issue is kept.
+    pub release: Option<&'a str>,
+    /// Source package names; `None`: every package is read through and
+    /// checked (as `imgbuild cve-db update` does before it keeps a file).
+    pub sources: Option<&'a BTreeSet<String>>,
+}
+
+impl Wanted<'_> {
+    /// Whether the source package `name` is read.
+    pub fn has_source(&self, name: &str) -> bool {
+        self.sources.is_none_or(|sources| sources.contains(name))
+    }
 }
 
 /// The export could not be read; where, when the JSON says.
@@ -158,12 +166,13 @@ impl From<serde_json::Error> for TrackerError {
     }
 }
 
-/// Reads the export from `reader`, keeping what `wanted` names.
-pub fn parse(reader: impl Read, wanted: &Wanted) -> Result<Issues, TrackerError> {
+/// Reads the export from `reader`, keeping what `wanted` names; also the
+/// number of source packages it lists.
+pub fn parse(reader: impl Read, wanted: &Wanted) -> Result<(Issues, usize), TrackerError> {
     let mut deserializer = serde_json::Deserializer::from_reader(reader);
-    let issues = ExportSeed(wanted).deserialize(&mut deserializer)?;
+    let read = ExportSeed(wanted).deserialize(&mut deserializer)?;
     deserializer.end()?;
-    Ok(issues)
+    Ok(read)
 }
 
 /// True for `CVE-YYYY-NNNN…` and the tracker's `TEMP-NNNNNNN-XXXXXX` ids:
@@ -185,24 +194,26 @@ pub fn valid_id(id: &str) -> bool {
 struct ExportSeed<'a>(&'a Wanted<'a>);
 
 impl<'de> DeserializeSeed<'de> for ExportSeed<'_> {
-    type Value = Issues;
+    type Value = (Issues, usize);
 
-    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Issues, D::Error> {
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
         deserializer.deserialize_map(self)
     }
 }
 
 impl<'de> Visitor<'de> for ExportSeed<'_> {
-    type Value = Issues;
+    type Value = (Issues, usize);
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("an object of source packages")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Issues, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut issues = Issues::new();
+        let mut packages = 0;
         while let Some(source) = map.next_key::<String>()? {
-            if self.0.sources.contains(&source) {
+            packages += 1;
+            if self.0.has_source(&source) {
                 let found = map.next_value_seed(PackageSeed(self.0.release))?;
                 if issues.insert(source.clone(), found).is_some() {
                     return Err(de::Error::custom(format!(
@@ -213,12 +224,12 @@ impl<'de> Visitor<'de> for ExportSeed<'_> {
                 map.next_value::<IgnoredAny>()?;
             }
         }
-        Ok(issues)
+        Ok((issues, packages))
     }
 }
 
 /// One source package's issues: those with an entry for the release.
-struct PackageSeed<'a>(&'a str);
+struct PackageSeed<'a>(Option<&'a str>);
 
 impl<'de> DeserializeSeed<'de> for PackageSeed<'_> {
     type Value = Vec<Issue>;
@@ -245,8 +256,18 @@ impl<'de> Visitor<'de> for PackageSeed<'_> {
                 return Err(de::Error::custom(format!("{id} is listed twice")));
             }
             let mut entry: IssueEntry = map.next_value()?;
-            if let Some(release) = entry.releases.remove(self.0) {
-                issues.push(issue_of(id, release).map_err(de::Error::custom)?);
+            match self.0 {
+                Some(name) => {
+                    if let Some(release) = entry.releases.remove(name) {
+                        issues.push(issue_of(id, release).map_err(de::Error::custom)?);
+                    }
+                }
+                // Checking the whole export: every release's entry is read.
+                None => {
+                    for release in entry.releases.into_values() {
+                        issue_of(id.clone(), release).map_err(de::Error::custom)?;
+                    }
+                }
             }
         }
         Ok(issues)
@@ -319,14 +340,15 @@ mod tests {
     #[test]
     fn only_the_asked_release_of_the_asked_sources_is_kept() {
         let sources = wanted(&["bash", "openssl", "absent"]);
-        let issues = parse(
+        let (issues, packages) = parse(
             EXPORT.as_bytes(),
             &Wanted {
-                release: "bookworm",
-                sources: &sources,
+                release: Some("bookworm"),
+                sources: Some(&sources),
             },
         )
         .unwrap();
+        assert_eq!(packages, 3);
         assert_eq!(issues.keys().collect::<Vec<_>>(), ["bash", "openssl"]);
         let bash = &issues["bash"];
         assert_eq!(bash.len(), 2, "sid's issue is not bookworm's: {bash:?}");
@@ -343,8 +365,8 @@ mod tests {
     fn a_broken_export_is_an_error_with_its_line() {
         let sources = wanted(&["bash"]);
         let wanted = Wanted {
-            release: "bookworm",
-            sources: &sources,
+            release: Some("bookworm"),
+            sources: Some(&sources),
         };
         let truncated = &EXPORT[..EXPORT.len() / 2];
         let error = parse(truncated.as_bytes(), &wanted).unwrap_err();
@@ -388,7 +410,22 @@ mod tests {
         assert!(parse(trailing.as_bytes(), &wanted).is_err());
         // A package nobody asked for is skipped unread, even with a bad id.
         let skipped = r#"{"other": {"<script>": 1}, "bash": {}}"#;
-        assert!(parse(skipped.as_bytes(), &wanted).unwrap()["bash"].is_empty());
+        assert!(parse(skipped.as_bytes(), &wanted).unwrap().0["bash"].is_empty());
+    }
+
+    #[test]
+    fn checking_the_whole_export_reads_every_release_and_keeps_none() {
+        let everything = Wanted {
+            release: None,
+            sources: None,
+        };
+        let (issues, packages) = parse(EXPORT.as_bytes(), &everything).unwrap();
+        assert_eq!(packages, 3);
+        assert!(issues.values().all(Vec::is_empty), "{issues:?}");
+        // A bad entry in any release of any package is found.
+        let bad = r#"{"other": {"CVE-2020-0001": {"releases": {"buster": {"status": "fixed"}}}}}"#;
+        let error = parse(bad.as_bytes(), &everything).unwrap_err();
+        assert!(error.message.contains("status \"fixed\""), "{error}");
     }
 
     #[test]

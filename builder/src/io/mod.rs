@@ -44,6 +44,22 @@ pub fn clean_lines(text: &str) -> String {
     text.lines().map(clean).collect::<Vec<_>>().join("\n")
 }
 
+/// Opens a regular file (through symlinks: the user names it): a FIFO or
+/// device in its place is refused, never waited on or read without end.
+pub fn open_regular(path: &std::path::Path) -> Result<(std::fs::File, std::fs::Metadata), String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| e.to_string())?;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    Ok((file, meta))
+}
+
 /// Opens `path` for reading without following a symlink at its last
 /// component, and without blocking on a FIFO swapped in for a file.
 pub fn open_nofollow(path: &std::path::Path) -> std::io::Result<std::fs::File> {

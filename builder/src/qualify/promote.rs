@@ -39,11 +39,11 @@ pub struct PromoteRequest {
     pub cve: Option<CveGate>,
 }
 
-/// `--max-severity LEVEL --cve-db FILE [--vex FILE]…`.
+/// `--max-severity LEVEL [--cve-db FILE] [--vex FILE]…`.
 pub struct CveGate {
     pub max_severity: Urgency,
-    pub db: PathBuf,
-    /// Refuse an export written more than this many days ago.
+    pub data: crate::cve::DataSource,
+    /// Refuse data dated more than this many days ago.
     pub max_age: Option<u64>,
     pub vex: Vec<PathBuf>,
 }
@@ -335,7 +335,7 @@ pub fn promote(
 }
 
 /// The commit's known vulnerabilities, read again from the commit and the
-/// export, less what authentic VEX documents clear, against the limit.
+/// data, less what authentic VEX documents clear, against the limit.
 fn judge_cve(
     repo: &::ostree::Repo,
     asked: &CveGate,
@@ -344,11 +344,7 @@ fn judge_cve(
     homedir: Option<&std::path::Path>,
     ui: &Ui,
 ) -> Result<GateReport> {
-    let db = crate::cve::TrackerFile {
-        path: &asked.db,
-        option: "--cve-db",
-    };
-    let mut report = crate::cve::report_of_commit(repo, commit, db, None)?;
+    let mut report = crate::cve::report_of_commit(repo, commit, &asked.data, None)?;
     if let Some(warning) = crate::cve::check_age(&report.database, asked.max_age)? {
         ui.warn(warning);
     }

@@ -827,3 +827,124 @@ bzImage:\n\t@mkdir -p $(O)/arch/x86/boot $(O)/include/config\n\
     .unwrap();
     recipe
 }
+
+/// A test certificate authority, and a server certificate it signed for
+/// 127.0.0.1 (PEM).
+pub struct TestPki {
+    pub ca_pem: Vec<u8>,
+    pub server_cert_pem: Vec<u8>,
+    pub server_key_pem: Vec<u8>,
+}
+
+impl TestPki {
+    pub fn generate() -> TestPki {
+        use openssl::x509::extension::{
+            BasicConstraints, ExtendedKeyUsage, KeyUsage, SubjectAlternativeName,
+        };
+        let (ca_key, server_key) = (ec_key(), ec_key());
+        let ca_name = x509_name("imgbuild test CA");
+        let mut ca = certificate_builder(&ca_name, &ca_name, &ca_key);
+        ca.append_extension(BasicConstraints::new().critical().ca().build().unwrap())
+            .unwrap();
+        ca.append_extension(KeyUsage::new().critical().key_cert_sign().build().unwrap())
+            .unwrap();
+        ca.sign(&ca_key, openssl::hash::MessageDigest::sha256()).unwrap();
+        let ca = ca.build();
+        let mut server = certificate_builder(&x509_name("127.0.0.1"), &ca_name, &server_key);
+        let san = SubjectAlternativeName::new()
+            .ip("127.0.0.1")
+            .build(&server.x509v3_context(Some(&ca), None))
+            .unwrap();
+        server.append_extension(san).unwrap();
+        server
+            .append_extension(ExtendedKeyUsage::new().server_auth().build().unwrap())
+            .unwrap();
+        server
+            .sign(&ca_key, openssl::hash::MessageDigest::sha256())
+            .unwrap();
+        TestPki {
+            ca_pem: ca.to_pem().unwrap(),
+            server_cert_pem: server.build().to_pem().unwrap(),
+            server_key_pem: server_key.private_key_to_pem_pkcs8().unwrap(),
+        }
+    }
+}
+
+fn ec_key() -> openssl::pkey::PKey<openssl::pkey::Private> {
+    let group = openssl::ec::EcGroup::from_curve_name(openssl::nid::Nid::X9_62_PRIME256V1).unwrap();
+    openssl::pkey::PKey::from_ec_key(openssl::ec::EcKey::generate(&group).unwrap()).unwrap()
+}
+
+fn x509_name(common_name: &str) -> openssl::x509::X509Name {
+    let mut name = openssl::x509::X509NameBuilder::new().unwrap();
+    name.append_entry_by_text("CN", common_name).unwrap();
+    name.build()
+}
+
+/// A certificate of `key` for `subject` by `issuer`, valid for a day.
+fn certificate_builder(
+    subject: &openssl::x509::X509Name,
+    issuer: &openssl::x509::X509Name,
+    key: &openssl::pkey::PKey<openssl::pkey::Private>,
+) -> openssl::x509::X509Builder {
+    let mut builder = openssl::x509::X509Builder::new().unwrap();
+    builder.set_version(2).unwrap();
+    let serial = openssl::bn::BigNum::from_u32(rand_serial()).unwrap();
+    builder
+        .set_serial_number(&serial.to_asn1_integer().unwrap())
+        .unwrap();
+    builder.set_subject_name(subject).unwrap();
+    builder.set_issuer_name(issuer).unwrap();
+    builder.set_pubkey(key).unwrap();
+    builder
+        .set_not_before(&openssl::asn1::Asn1Time::days_from_now(0).unwrap())
+        .unwrap();
+    builder
+        .set_not_after(&openssl::asn1::Asn1Time::days_from_now(1).unwrap())
+        .unwrap();
+    builder
+}
+
+fn rand_serial() -> u32 {
+    let mut bytes = [0u8; 4];
+    openssl::rand::rand_bytes(&mut bytes).unwrap();
+    u32::from_be_bytes(bytes) | 1
+}
+
+/// A real HTTPS server on 127.0.0.1 answering every request with `status`
+/// (`200 OK`), `headers` (each `Name: value`) and one body.
+pub struct HttpsServer {
+    pub url: String,
+}
+
+impl HttpsServer {
+    pub fn start(pki: &TestPki, status: &str, body: Vec<u8>, headers: &[&str]) -> HttpsServer {
+        let identity = native_tls::Identity::from_pkcs8(&pki.server_cert_pem, &pki.server_key_pem).unwrap();
+        let acceptor = Arc::new(native_tls::TlsAcceptor::new(identity).unwrap());
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("https://{}", listener.local_addr().unwrap());
+        let head = headers.iter().map(|h| format!("{h}\r\n")).collect::<String>();
+        let status = status.to_string();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                // A client that refuses the certificate ends the handshake.
+                let Ok(mut tls) = acceptor.accept(stream) else {
+                    continue;
+                };
+                let mut reader = BufReader::new(&mut tls);
+                let mut line = String::new();
+                while reader.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
+                    line.clear();
+                }
+                let _ = write!(
+                    tls,
+                    "HTTP/1.1 {status}\r\nContent-Length: {}\r\n{head}Connection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = tls.write_all(&body);
+            }
+        });
+        HttpsServer { url }
+    }
+}

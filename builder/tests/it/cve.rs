@@ -293,3 +293,231 @@ fn diff_names_the_issues_a_release_fixes_and_introduces() {
     let plain: serde_json::Value = serde_json::from_slice(&plain.stdout).unwrap();
     assert!(plain.get("cve").is_none());
 }
+
+/// EXPORT's bookworm issues as osv.dev's DEBIAN-CVE records (OSV has no
+/// TEMP ids and no "undetermined"), with a DSA advisory and a record of
+/// another release beside them.
+fn osv_zip() -> Vec<u8> {
+    use std::io::Write;
+    let record = |id: &str, package: &str, ecosystem: &str, fixed: Option<&str>, urgency: &str| {
+        let fixed = fixed
+            .map(|v| format!(r#", {{"fixed": "{v}"}}"#))
+            .unwrap_or_default();
+        format!(
+            r#"{{"id": "DEBIAN-{id}", "upstream": ["{id}"], "modified": "2026-12-01T00:00:00Z",
+              "affected": [{{"package": {{"ecosystem": "{ecosystem}", "name": "{package}"}},
+                "ranges": [{{"type": "ECOSYSTEM", "events": [{{"introduced": "0"}}{fixed}]}}],
+                "ecosystem_specific": {{"urgency": "{urgency}"}}}}]}}"#
+        )
+    };
+    let records = [
+        record("CVE-2022-3715", "bash", "Debian:12", Some("5.2.15-2+b7"), "high"),
+        record("CVE-2019-18276", "bash", "Debian:12", None, "low"),
+        record(
+            "CVE-2023-4911",
+            "libc6",
+            "Debian:12",
+            Some("2.36-9+deb12u3"),
+            "high",
+        ),
+        record("CVE-2020-0001", "bash", "Debian:13", None, "high"),
+        record("CVE-2022-37434", "zlib", "Debian:12", None, "high"),
+        record("CVE-2024-0100", "tree", "Debian:12", None, "low"),
+        r#"{"id": "DSA-5300-1", "upstream": ["CVE-2022-3715"], "affected": []}"#.to_string(),
+    ];
+    let mut writer = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    for (n, text) in records.iter().enumerate() {
+        writer
+            .start_file(
+                format!("record-{n}.json"),
+                zip::write::SimpleFileOptions::default(),
+            )
+            .unwrap();
+        writer.write_all(text.as_bytes()).unwrap();
+    }
+    writer.finish().unwrap().into_inner()
+}
+
+fn cve_db(cache: &Path, args: &[&str]) -> std::process::Output {
+    imgbuild()
+        .args(["--json", "cve-db", "--cache-dir"])
+        .arg(cache)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn shown(output: &std::process::Output) -> serde_json::Value {
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+fn cve_cached(c: &TwoCommits, rev: &str, cache: &Path) -> std::process::Output {
+    imgbuild()
+        .args(["--json", "cve", "--repo"])
+        .arg(&c.repo)
+        .arg(rev)
+        .arg("--cache-dir")
+        .arg(cache)
+        .output()
+        .unwrap()
+}
+
+fn blobs(cache: &Path) -> usize {
+    std::fs::read_dir(cache.join("blobs/sha256")).map_or(0, |dir| dir.count())
+}
+
+#[test]
+fn cve_db_update_keeps_checked_data_that_reports_then_read() {
+    let c = two_commits();
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let tracker = dir.path().join("tracker.json");
+    std::fs::write(&tracker, EXPORT).unwrap();
+    let none = cve_cached(&c, &c.v1, &cache);
+    assert_eq!(none.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&none.stderr).contains("holds no vulnerability data"));
+
+    let kept = shown(&cve_db(&cache, &["update", "--from", tracker.to_str().unwrap()]));
+    let sha256 = crate::common::sha256_hex(EXPORT.as_bytes());
+    assert_eq!(kept["format"], "debian-security-tracker-json");
+    assert_eq!(kept["source"], tracker.to_str().unwrap());
+    assert_eq!(kept["sha256"], sha256.as_str());
+    assert_eq!(kept["summary"], "4 source packages");
+    assert_eq!(shown(&cve_db(&cache, &["show"])), kept);
+    let from_cache = cve_cached(&c, &c.v1, &cache);
+    assert_eq!(findings(&from_cache), findings(&cve(&c, &c.v1, &tracker, &[])));
+    let report: serde_json::Value = serde_json::from_slice(&from_cache.stdout).unwrap();
+    assert_eq!(report["database"]["source"], tracker.to_str().unwrap());
+    assert_eq!(report["database"]["sha256"], sha256.as_str());
+
+    // A broken file is refused by name, and the data kept before stays.
+    let cut = dir.path().join("cut.json");
+    std::fs::write(&cut, &EXPORT[..EXPORT.len() - 3]).unwrap();
+    let before = blobs(&cache);
+    let refused = cve_db(&cache, &["update", "--from", cut.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--from")
+            && stderr.contains("cut.json: not the Debian security tracker's JSON: line "),
+        "{stderr}"
+    );
+    assert_eq!(shown(&cve_db(&cache, &["show"]))["sha256"], sha256.as_str());
+    assert_eq!(blobs(&cache), before, "the refused file was left in the cache");
+
+    // osv.dev's zip says the same of the same packages.
+    let osv = dir.path().join("all.zip");
+    std::fs::write(&osv, osv_zip()).unwrap();
+    let kept = shown(&cve_db(&cache, &["update", "--from", osv.to_str().unwrap()]));
+    assert_eq!(kept["format"], "osv-debian-zip");
+    assert_eq!(
+        kept["summary"],
+        "6 DEBIAN-CVE records; 1 advisories and 0 withdrawn records skipped"
+    );
+    let tracker_findings: Vec<_> = findings(&cve(&c, &c.v1, &tracker, &[]))
+        .into_iter()
+        .filter(|(id, _)| !id.starts_with("TEMP-"))
+        .collect();
+    assert_eq!(findings(&cve_cached(&c, &c.v1, &cache)), tracker_findings);
+    assert_eq!(
+        findings(&cve(&c, &c.v1, &osv, &[])),
+        tracker_findings,
+        "--db reads a zip too"
+    );
+    let diff = imgbuild()
+        .args(["--json", "diff", "--cve", "--cache-dir"])
+        .arg(&cache)
+        .arg("--repo")
+        .arg(&c.repo)
+        .args([&c.v1, &c.v2])
+        .output()
+        .unwrap();
+    let diff = shown(&diff);
+    assert_eq!(diff["cve"]["fixed"][0]["id"], "CVE-2022-3715", "{diff}");
+    assert_eq!(diff["cve"]["introduced"][0]["id"], "CVE-2024-0100", "{diff}");
+
+    // A cache copy changed behind the note is refused, never read.
+    let blob = cache.join("blobs/sha256").join(kept["sha256"].as_str().unwrap());
+    let mut bytes = std::fs::read(&blob).unwrap();
+    let last = bytes.len() - 30;
+    bytes[last] ^= 1;
+    std::fs::write(&blob, bytes).unwrap();
+    let damaged = cve_cached(&c, &c.v1, &cache);
+    let stderr = String::from_utf8_lossy(&damaged.stderr);
+    assert!(!damaged.status.success() && damaged.stdout.is_empty());
+    assert!(
+        stderr.contains("the cached data from") && stderr.contains(osv.to_str().unwrap()),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn cve_db_fetches_over_tls_it_trusts_or_a_pinned_hash() {
+    use crate::common::{HttpServer, HttpsServer, TestPki};
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let pki = TestPki::generate();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, &pki.ca_pem).unwrap();
+    let server = HttpsServer::start(
+        &pki,
+        "200 OK",
+        EXPORT.as_bytes().to_vec(),
+        &["Last-Modified: Wed, 01 Jan 2020 00:00:00 GMT"],
+    );
+    let url = format!("{}/tracker/data/json", server.url);
+    let update = |trust: Option<&Path>, args: &[&str]| {
+        let mut cmd = imgbuild();
+        cmd.env_remove("SSL_CERT_FILE").env_remove("SSL_CERT_DIR");
+        if let Some(ca) = trust {
+            cmd.env("SSL_CERT_FILE", ca);
+        }
+        cmd.args(["--json", "cve-db", "--cache-dir"])
+            .arg(&cache)
+            .arg("update")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let untrusted = update(None, &["--from", &url]);
+    let stderr = String::from_utf8_lossy(&untrusted.stderr);
+    assert_eq!(untrusted.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("certificate is not trusted"), "{stderr}");
+    assert!(
+        !cve_db(&cache, &["show"]).status.success(),
+        "untrusted data was kept"
+    );
+
+    let kept = shown(&update(Some(&ca), &["--from", &url]));
+    assert_eq!(kept["source"], url.as_str());
+    assert_eq!(kept["date"], "2020-01-01T00:00:00Z", "the server's Last-Modified");
+
+    // Plain http:// only with a pinned hash, and only with that hash.
+    let http = HttpServer::start("json", EXPORT.as_bytes().to_vec(), vec![]);
+    let unpinned = update(None, &["--from", &http.url]);
+    assert_eq!(unpinned.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&unpinned.stderr).contains("needs --sha256"));
+    let wrong = update(None, &["--from", &http.url, "--sha256", &"0".repeat(64)]);
+    assert!(String::from_utf8_lossy(&wrong.stderr).contains("sha256 mismatch"));
+    let sha256 = crate::common::sha256_hex(EXPORT.as_bytes());
+    let pinned = shown(&update(None, &["--from", &http.url, "--sha256", &sha256]));
+    assert_eq!(pinned["source"], http.url.as_str());
+    assert_eq!(http.requests(), 2, "the refused unpinned URL was never asked");
+
+    // An https:// URL that redirects to http:// is not followed.
+    let location = format!("Location: {}", http.url);
+    let redirect = HttpsServer::start(&pki, "302 Found", Vec::new(), &[&location]);
+    let refused = update(Some(&ca), &["--from", &format!("{}/json", redirect.url)]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && stderr.contains("is not an https:// URL"),
+        "{stderr}"
+    );
+    assert_eq!(http.requests(), 2, "the redirect to http:// was followed");
+    assert_eq!(shown(&cve_db(&cache, &["show"]))["source"], http.url.as_str());
+}

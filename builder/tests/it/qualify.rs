@@ -2127,8 +2127,20 @@ fn promote_refuses_known_vulnerabilities_at_the_limit_until_signed_vex_clears_th
         assert_eq!(resolve(&repo, STABLE), None, "the ref moved");
     };
 
-    // Usage: the limit needs the export, and a level it knows.
-    assert_exit(&promote(&repo, &key, &["--max-severity", "high"]), 2);
+    // The limit needs data (by default, the cache's), and a level it knows.
+    let empty = dir.path().join("empty-cache");
+    let no_data = promote(
+        &repo,
+        &key,
+        &["--max-severity", "high", "--cache-dir", path_str(&empty)],
+    );
+    assert_exit(&no_data, 1);
+    assert!(
+        stderr(&no_data).contains("holds no vulnerability data"),
+        "{}",
+        text(&no_data)
+    );
+    assert_eq!(resolve(&repo, STABLE), None, "the ref moved");
     let severe = promote(
         &repo,
         &key,

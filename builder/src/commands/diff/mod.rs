@@ -13,6 +13,7 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
+use crate::cve::DataSource;
 use crate::ostree as ost;
 use crate::sbom::MAX_TEXT_BYTES;
 use crate::stages::commit;
@@ -143,22 +144,22 @@ fn read_facts(repo: &ostree::Repo, rev: &str) -> Result<Facts> {
 /// Compares commit `from` with commit `to` (refs or checksums) in the repo
 /// at `path`, naming at most `files_per_group` files of each kind per group
 /// (0: all).
-/// The diff of `from` and `to` in the repo at `path`; with `cve_db`, also
-/// the known vulnerabilities it fixes and introduces.
+/// The diff of `from` and `to` in the repo at `path`; with `cve`, also
+/// the known vulnerabilities it fixes and introduces, by that data.
 pub fn diff(
     path: &Path,
     from: &str,
     to: &str,
     files_per_group: usize,
-    cve_db: Option<&Path>,
+    cve: Option<&DataSource>,
 ) -> Result<CommitDiff> {
     let repo = ost::open(path)?;
     let a = read_facts(&repo, from).with_context(|| format!("reading {from}"))?;
     let b = read_facts(&repo, to).with_context(|| format!("reading {to}"))?;
     let mut files = compare::files(&a.files, &b.files);
     compare::limit_names(&mut files, files_per_group);
-    let cve = match cve_db {
-        Some(db) => Some(cve_changes(&repo, db, &a.side.checksum, &b.side.checksum)?),
+    let cve = match cve {
+        Some(data) => Some(cve_changes(&repo, data, &a.side.checksum, &b.side.checksum)?),
         None => None,
     };
     Ok(CommitDiff {
@@ -176,25 +177,23 @@ pub fn diff(
 
 fn cve_changes(
     repo: &ostree::Repo,
-    db: &Path,
+    data: &DataSource,
     from: &str,
     to: &str,
 ) -> Result<crate::cve::changes::CveChanges> {
-    let db = crate::cve::TrackerFile {
-        path: db,
-        option: "--cve-db",
+    let reports = crate::cve::reports_of_commits(repo, &[from, to], data, None)?;
+    let [before, after] = reports.as_slice() else {
+        unreachable!("two commits give two reports")
     };
-    let before = crate::cve::report_of_commit(repo, from, db, None)?;
-    let after = crate::cve::report_of_commit(repo, to, db, None)?;
     if before.database.sha256 != after.database.sha256 {
         anyhow::bail!(
             "{} changed while it was read (sha256 {} then {}): run again",
-            db.path.display(),
+            before.database.source,
             before.database.sha256,
             after.database.sha256
         );
     }
-    Ok(crate::cve::changes::changes(&before, &after))
+    Ok(crate::cve::changes::changes(before, after))
 }
 
 fn render_side(out: &mut String, label: &str, side: &Side) {
