@@ -77,18 +77,20 @@ pub fn run(args: CveDbArgs, ui: &Ui) -> Result<Shown> {
     })
 }
 
-/// The data as text.
+/// The data as text; every field is shown cleaned, as a note in the cache
+/// may have been written by anyone who can write there.
 pub fn render(shown: &Shown) -> String {
+    use crate::io::clean;
     let current = &shown.current;
     format!(
         "source   {}\nformat   {} ({})\nsha256   {}\nbytes    {}\ndated    {} ({} days ago)\nupdated  {}\n",
-        crate::io::clean(&current.source),
-        current.format,
-        current.summary,
+        clean(&current.source),
+        clean(&current.format),
+        clean(&current.summary),
         current.sha256,
         current.bytes,
-        current.date,
+        clean(&current.date),
         shown.age_days,
-        current.updated
+        clean(&current.updated)
     )
 }

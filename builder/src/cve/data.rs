@@ -84,9 +84,13 @@ pub fn read(file: DataFile, wanted: &Wanted) -> Result<DataRead> {
     let format =
         Format::of_start(&first_bytes(&mut handle).with_context(|| format!("reading {}", file.shown))?);
     let parsed = match format {
-        Format::TrackerJson => read_tracker(handle, wanted, &bad)?,
-        Format::OsvZip => read_osv(handle, wanted, &bad)?,
-    };
+        Format::TrackerJson => read_tracker(handle, wanted, &bad),
+        Format::OsvZip => read_osv(handle, wanted, &bad),
+    }
+    .map_err(|e| match e.is::<BadInput>() {
+        true => e,
+        false => e.context(format!("reading {}", file.shown)),
+    })?;
     Ok(DataRead {
         format,
         issues: parsed.issues,
@@ -104,6 +108,13 @@ fn first_bytes(file: &mut File) -> std::io::Result<Vec<u8>> {
     Read::by_ref(file).take(4).read_to_end(&mut start)?;
     file.rewind()?;
     Ok(start)
+}
+
+/// What changes when a file's content does: its size and change time.
+fn content_state(file: &File) -> std::io::Result<(u64, i64, i64)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = file.metadata()?;
+    Ok((meta.size(), meta.ctime(), meta.ctime_nsec()))
 }
 
 /// One form's reading of a file.
@@ -129,11 +140,17 @@ fn read_tracker(file: File, wanted: &Wanted, bad: &dyn Fn(String) -> BadInput) -
     })
 }
 
+/// A zip is hashed, then read again: its content must not change between.
 fn read_osv(mut file: File, wanted: &Wanted, bad: &dyn Fn(String) -> BadInput) -> Result<Parsed> {
+    let before = content_state(&file)?;
     let (sha256, bytes) = sha256_reader(Read::by_ref(&mut file).take(MAX_DATA_BYTES), None)?;
     file.rewind()?;
-    let (issues, tally) = osv::parse_zip(BufReader::with_capacity(64 << 10, file), wanted)
+    let mut reader = BufReader::with_capacity(64 << 10, file);
+    let (issues, tally) = osv::parse_zip(&mut reader, wanted)
         .map_err(|e| bad(format!("not osv.dev's zip of Debian OSV records: {e}")))?;
+    if content_state(reader.get_ref())? != before {
+        anyhow::bail!("it changed while it was read (sha256 {sha256} before); run again");
+    }
     let summary = format!(
         "{} DEBIAN-CVE records; {} advisories and {} withdrawn records skipped",
         tally.records, tally.advisories, tally.withdrawn

@@ -84,6 +84,11 @@ pub fn parse_zip(reader: impl Read + Seek, wanted: &Wanted) -> Result<(Issues, T
         )),
     };
     let mut archive = zip::ZipArchive::new(reader).map_err(|e| OsvError::new("the zip", e))?;
+    // Every local header must match the central directory: no duplicate
+    // names (one would hide the other), no overlapping or unlisted entries.
+    archive
+        .validate_header_consistency()
+        .map_err(|e| OsvError::new("the zip", e))?;
     if archive.len() > MAX_ENTRIES {
         let message = format!("{} files, more than the {MAX_ENTRIES} read", archive.len());
         return Err(OsvError::new("the zip", message));
@@ -93,11 +98,15 @@ pub fn parse_zip(reader: impl Read + Seek, wanted: &Wanted) -> Result<(Issues, T
         wanted,
         issues: Issues::new(),
         tally: Tally::default(),
-        seen: BTreeSet::new(),
+        ids: BTreeSet::new(),
         expanded: 0,
     };
     for index in 0..archive.len() {
-        let mut entry = archive.by_index(index).map_err(|e| OsvError::new("the zip", e))?;
+        let place = match archive.name_for_index(index) {
+            Some(Ok(name)) => name.into_owned(),
+            _ => format!("file {index} of the zip"),
+        };
+        let mut entry = archive.by_index(index).map_err(|e| OsvError::new(&place, e))?;
         if entry.is_dir() {
             continue;
         }
@@ -119,8 +128,8 @@ struct Reading<'a> {
     wanted: &'a Wanted<'a>,
     issues: Issues,
     tally: Tally,
-    /// (source, id) pairs kept, to refuse a second statement of one.
-    seen: BTreeSet<(String, String)>,
+    /// The ids of the records read, to refuse a second record of one.
+    ids: BTreeSet<String>,
     expanded: u64,
 }
 
@@ -157,14 +166,23 @@ impl Reading<'_> {
             return Ok(());
         };
         if !valid_id(id) {
-            return Err(format!("{:?} is not DEBIAN- and a CVE or TEMP id", record.id));
+            let id = crate::io::clean(&record.id);
+            return Err(format!("{id:?} is not DEBIAN- and a CVE or TEMP id"));
         }
         if record.withdrawn.is_some() {
             self.tally.withdrawn += 1;
             return Ok(());
         }
         self.tally.records += 1;
+        if !self.ids.insert(id.to_string()) {
+            return Err(format!("a second record of {id}"));
+        }
+        let mut packages = BTreeSet::new();
         for affected in &record.affected {
+            let package = &affected.package;
+            if !packages.insert((&package.ecosystem, &package.name)) {
+                return Err(format!("{} is stated twice", shown(package)));
+            }
             self.affected(id, affected)?;
         }
         Ok(())
@@ -178,17 +196,19 @@ impl Reading<'_> {
         if !checked || !self.wanted.has_source(&package.name) {
             return Ok(());
         }
-        let issue =
-            issue_of(id, affected).map_err(|e| format!("{} in {}: {e}", package.name, package.ecosystem))?;
+        let issue = issue_of(id, affected).map_err(|e| format!("{}: {e}", shown(package)))?;
         if !ours {
             return Ok(());
-        }
-        if !self.seen.insert((package.name.clone(), id.to_string())) {
-            return Err(format!("{id} of {} is stated twice", package.name));
         }
         self.issues.entry(package.name.clone()).or_default().push(issue);
         Ok(())
     }
+}
+
+/// A package as messages name it: `bash in Debian:12`, made safe to show.
+fn shown(package: &Package) -> String {
+    let (name, ecosystem) = (&package.name, &package.ecosystem);
+    crate::io::clean(&format!("{name} in {ecosystem}"))
 }
 
 /// The issue an entry states, from its one range.
@@ -200,7 +220,8 @@ fn issue_of(id: &str, affected: &Affected) -> Result<Issue, String> {
         ));
     };
     if range.kind != "ECOSYSTEM" {
-        return Err(format!("a range of type {:?}, not ECOSYSTEM", range.kind));
+        let kind = crate::io::clean(&range.kind);
+        return Err(format!("a range of type {kind:?}, not ECOSYSTEM"));
     }
     let fixed = match range.events.as_slice() {
         [first] if first.is("introduced", "0") => None,
@@ -404,6 +425,10 @@ pub mod tests {
         assert!(error.message.starts_with("other in Debian:11"), "{error}");
     }
 
+    /// A record's start with one more entry for bash in Debian:12.
+    const TWICE: &str = r#""affected": [{"package": {"name": "bash", "ecosystem": "Debian:12"},
+        "ranges": [{"type": "ECOSYSTEM", "events": [{"introduced": "0"}]}]}, "#;
+
     #[test]
     fn hostile_zips_are_errors_with_their_place() {
         let open = r#"[{"introduced": "0"}]"#;
@@ -429,7 +454,12 @@ pub mod tests {
             (
                 zip_of(&[("a.json", &good), ("b.json", &good)]),
                 "b.json",
-                "stated twice",
+                "a second record of CVE-2020-0001",
+            ),
+            (
+                zip_of(&[("a.json", &good.replace(r#""affected": ["#, TWICE))]),
+                "a.json",
+                "bash in Debian:12 is stated twice",
             ),
             (
                 zip_of(&[("big.json", &" ".repeat(MAX_RECORD_BYTES as usize + 1))]),

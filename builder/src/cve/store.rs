@@ -5,14 +5,14 @@
 //! a bad file leaves the data kept before; a report re-reads the blob and
 //! checks its hash against the note.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use anyhow::{Context, Result, bail};
 use emberrtos_contract::error::BadInput;
 use serde::{Deserialize, Serialize};
 
-use super::data::{self, DataFile, DataRead};
+use super::data::{self, DataFile, DataRead, Format, MAX_DATA_BYTES};
 use super::tracker::Wanted;
 use crate::cache::Cache;
 use crate::cache::download::{self, FetchOptions, Fetched};
@@ -81,13 +81,17 @@ pub fn update(
     ui: &Ui,
 ) -> Result<Current> {
     let _hold = cache.hold_for_build()?;
+    let kept = current(cache).ok().map(|current| current.sha256);
     let (fetched, date, source) = fetch(cache, origin, sha256, options, ui)?;
     ui.note(format!("checking every record of {}", fetched.origin));
     let read = check_all(&fetched).inspect_err(|_| {
-        if !fetched.cached {
+        // The refused file's copy goes, unless it is the data kept before.
+        if !fetched.cached && kept.as_deref() != Some(fetched.sha256.as_str()) {
             let _ = std::fs::remove_file(&fetched.path);
         }
     })?;
+    // A date ahead of this clock would keep the data young for ever.
+    let date = date.min(SystemTime::now());
     let current = Current {
         format: read.format.as_str().to_string(),
         source,
@@ -114,11 +118,16 @@ fn fetch(
 ) -> Result<(Fetched, SystemTime, String)> {
     match origin {
         Origin::Url(url) => {
-            let dated = download::fetch_url_dated(url, sha256, cache, options, ui)?;
+            let options = FetchOptions {
+                max_bytes: Some(MAX_DATA_BYTES),
+                ..options.clone()
+            };
+            let dated = download::fetch_url_dated(url, sha256, cache, &options, ui)?;
             let date = dated.last_modified.unwrap_or_else(SystemTime::now);
             Ok((dated.fetched, date, url.clone()))
         }
         Origin::File(path) => {
+            check_file(path)?;
             let fetched = download::import_file(path, sha256, cache, ui)?;
             let modified = std::fs::metadata(path).and_then(|meta| meta.modified());
             let date = modified.with_context(|| format!("reading the date of {}", path.display()))?;
@@ -126,6 +135,21 @@ fn fetch(
             Ok((fetched, date, source))
         }
     }
+}
+
+/// Refuses, before it is copied, what cannot be data: not a regular file
+/// (a FIFO, a device), or larger than any data read.
+fn check_file(path: &Path) -> Result<()> {
+    let bad = |message: String| BadInput::new("--from", format!("{}: {message}", path.display()));
+    let (_, meta) = crate::io::open_regular(path).map_err(bad)?;
+    if meta.len() > MAX_DATA_BYTES {
+        return Err(bad(format!(
+            "{} bytes, more than the {MAX_DATA_BYTES} read",
+            meta.len()
+        ))
+        .into());
+    }
+    Ok(())
 }
 
 /// Reads every record of a fetched file: it must be whole, of one of the
@@ -166,6 +190,16 @@ impl Current {
     pub fn date(&self) -> Option<SystemTime> {
         humantime::parse_rfc3339(&self.date).ok()
     }
+
+    /// Whether every field is of its kind: a hash (never a path), a known
+    /// form, two dates.
+    fn is_sound(&self) -> bool {
+        let formats = [Format::TrackerJson, Format::OsvZip].map(Format::as_str);
+        is_sha256_hex(&self.sha256)
+            && formats.contains(&self.format.as_str())
+            && self.date().is_some()
+            && humantime::parse_rfc3339(&self.updated).is_ok()
+    }
 }
 
 /// The cache's data, as `cve-db update` noted it.
@@ -186,7 +220,7 @@ pub fn current(cache: &Cache) -> Result<Current> {
         .with_context(|| format!("{} is larger than {MAX_NOTE_BYTES} bytes", note.display()))?;
     let current: Current = serde_json::from_slice(&text)
         .ok()
-        .filter(|current: &Current| is_sha256_hex(&current.sha256) && current.date().is_some())
+        .filter(Current::is_sound)
         .with_context(|| format!("{} is damaged: {advice}", note.display()))?;
     Ok(current)
 }

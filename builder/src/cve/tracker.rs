@@ -279,7 +279,7 @@ fn issue_of(id: String, release: ReleaseEntry) -> Result<Issue, String> {
     let status = Status::parse(&release.status).ok_or_else(|| {
         format!(
             "{id}: status {:?} is not open, resolved or undetermined",
-            release.status
+            crate::io::clean(&release.status)
         )
     })?;
     if let Some(fixed) = release

@@ -409,6 +409,20 @@ fn cve_db_update_keeps_checked_data_that_reports_then_read() {
     );
     assert_eq!(shown(&cve_db(&cache, &["show"]))["sha256"], sha256.as_str());
     assert_eq!(blobs(&cache), before, "the refused file was left in the cache");
+    let device = cve_db(&cache, &["update", "--from", "/dev/zero"]);
+    assert_eq!(device.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&device.stderr).contains("/dev/zero: not a regular file"));
+    // A date ahead of the clock is taken as now: the data ages from here.
+    let future = dir.path().join("future.json");
+    std::fs::write(&future, EXPORT).unwrap();
+    let touched = std::process::Command::new("touch")
+        .args(["-d", "2099-01-01T00:00:00Z"])
+        .arg(&future)
+        .status()
+        .unwrap();
+    assert!(touched.success());
+    let kept = shown(&cve_db(&cache, &["update", "--from", future.to_str().unwrap()]));
+    assert!(kept["date"].as_str().unwrap() < "2099", "{kept}");
 
     // osv.dev's zip says the same of the same packages.
     let osv = dir.path().join("all.zip");
