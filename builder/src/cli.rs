@@ -79,6 +79,56 @@ pub enum Command {
     Promote(PromoteArgs),
     /// The local artifact cache: list it, prune it, push it to a shared remote.
     Cache(crate::commands::cache::CacheArgs),
+    /// A static release site of the repo: every ref's history, each
+    /// commit's checks, signatures, update sizes and changes, and the
+    /// qualification matrix, with every signature verified.
+    Site(SiteArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct SiteArgs {
+    /// The ostree repo, with the qualification and promotion records
+    /// beside its commits.
+    #[arg(long)]
+    repo: PathBuf,
+    /// The site's directory: created, or replaced when it holds a site
+    /// imgbuild wrote.
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+    /// The OpenPGP public key commits and records must be signed by: the
+    /// pages mark everything it did not sign.
+    #[arg(long, value_name = "FILE")]
+    trust_key: PathBuf,
+    #[command(flatten)]
+    cve: CveDataArgs,
+}
+
+/// Known vulnerabilities, for `diff` and `site`: the cache's data, or a file.
+#[derive(Args, Debug)]
+pub struct CveDataArgs {
+    /// Also the known vulnerabilities fixed and introduced, by the data
+    /// `imgbuild cve-db update` kept in the cache.
+    #[arg(long)]
+    cve: bool,
+    /// Also the known vulnerabilities fixed and introduced, by this file
+    /// (the Debian security tracker's JSON, or osv.dev's zip of Debian OSV
+    /// records).
+    #[arg(long, value_name = "FILE")]
+    cve_db: Option<PathBuf>,
+    /// With --cve: the cache directory [default: $IMGBUILD_CACHE, else
+    /// ~/.cache/imgbuild].
+    #[arg(long, value_name = "DIR", requires = "cve", conflicts_with = "cve_db")]
+    cache_dir: Option<PathBuf>,
+}
+
+impl CveDataArgs {
+    /// The data asked for, if any.
+    fn source(self) -> Result<Option<DataSource>> {
+        match self.cve || self.cve_db.is_some() {
+            true => Ok(Some(DataSource::choose(self.cve_db, "--cve-db", self.cache_dir)?)),
+            false => Ok(None),
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -258,6 +308,10 @@ pub struct PublishArgs {
     /// every published kernel must verify against it (exit 3 otherwise).
     #[arg(long, value_name = "FILE")]
     secure_boot_cert: Option<PathBuf>,
+    /// Also write the release site (`imgbuild site`) under `site/` at the
+    /// destination, its signatures checked against --gpg-key.
+    #[arg(long, requires = "gpg_key")]
+    site: bool,
 }
 
 #[derive(Args, Debug)]
@@ -285,19 +339,8 @@ pub struct DiffArgs {
     /// changed), in text and JSON; the rest are counted. 0 names them all.
     #[arg(long, value_name = "N", default_value_t = 10)]
     files_per_group: usize,
-    /// Also the known vulnerabilities fixed and introduced, by the data
-    /// `imgbuild cve-db update` kept in the cache.
-    #[arg(long)]
-    cve: bool,
-    /// Also the known vulnerabilities fixed and introduced, by this file
-    /// (the Debian security tracker's JSON, or osv.dev's zip of Debian OSV
-    /// records).
-    #[arg(long, value_name = "FILE")]
-    cve_db: Option<PathBuf>,
-    /// With --cve: the cache directory [default: $IMGBUILD_CACHE, else
-    /// ~/.cache/imgbuild].
-    #[arg(long, value_name = "DIR", requires = "cve", conflicts_with = "cve_db")]
-    cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    cve: CveDataArgs,
 }
 
 #[derive(Args, Debug)]
@@ -617,6 +660,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Disk(args) => run_disk(args, &ui, cli.json),
         Command::Qualify(args) => run_qualify(args, &ui, cli.json),
         Command::Promote(args) => run_promote(args, &ui, cli.json),
+        Command::Site(args) => run_site(args, &ui, cli.json),
         Command::Cache(args) => {
             let doc = crate::commands::cache::run(args, &ui, cli.json)?;
             if cli.json {
@@ -760,7 +804,13 @@ fn run_publish(args: PublishArgs, ui: &Ui, json: bool) -> Result<u8> {
         secure_boot_cert: expected.as_ref(),
         after_phase: &|_| Ok(()),
     };
-    let report = publish::publish(&args.repo, transport.as_ref(), &options, ui)?;
+    let mut report = publish::publish(&args.repo, transport.as_ref(), &options, ui)?;
+    if let (true, Some(key)) = (args.site, args.gpg_key.as_deref()) {
+        let trust = crate::site::publisher_trust(key, args.gpg_homedir.as_deref())?;
+        let pages = crate::site::publish_site(&args.repo, transport.as_ref(), &trust, ui)?;
+        ui.note(format!("the release site: {pages} pages under site/"));
+        report.site_pages = Some(pages);
+    }
     if json {
         print_json(&serde_json::to_value(&report)?)?;
     } else {
@@ -830,10 +880,7 @@ fn run_inspect(args: InspectArgs, json: bool) -> Result<u8> {
 }
 
 fn run_diff(args: DiffArgs, json: bool) -> Result<u8> {
-    let cve = match args.cve || args.cve_db.is_some() {
-        true => Some(DataSource::choose(args.cve_db, "--cve-db", args.cache_dir)?),
-        false => None,
-    };
+    let cve = args.cve.source()?;
     let diff = diff::diff(
         &args.repo,
         &args.from,
@@ -845,6 +892,23 @@ fn run_diff(args: DiffArgs, json: bool) -> Result<u8> {
         print_json(&serde_json::to_value(&diff)?)?;
     } else {
         print!("{}", diff::render(&diff));
+    }
+    Ok(exit::OK)
+}
+
+fn run_site(args: SiteArgs, ui: &Ui, json: bool) -> Result<u8> {
+    let cve = args.cve.source()?;
+    let request = crate::site::SiteRequest {
+        repo: args.repo,
+        out: args.out,
+        trust_key: args.trust_key,
+        cve,
+    };
+    let report = crate::site::build(&request, ui)?;
+    if json {
+        print_json(&serde_json::to_value(&report)?)?;
+    } else {
+        print!("{}", crate::site::render(&report));
     }
     Ok(exit::OK)
 }

@@ -20,6 +20,7 @@ pub mod qualify;
 pub mod recipe;
 pub mod sbom;
 pub mod secure_boot;
+pub mod site;
 pub mod stage;
 pub mod stages;
 pub mod tool;

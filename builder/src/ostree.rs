@@ -455,3 +455,58 @@ mod tests {
         assert!(!ostree::check_version(year, release + 1));
     }
 }
+
+/// One GPG signature of a commit, as libostree verified it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommitSignature {
+    /// The signing key's primary fingerprint (or its key id, when the key
+    /// is not in any keyring the check used).
+    pub signer: String,
+    /// A good signature by a key the check had.
+    pub valid: bool,
+}
+
+/// The commit's GPG signatures, verified with the keyrings in
+/// `keyring_dir` alone; none when it has none.
+pub fn commit_signatures(
+    repo: &ostree::Repo,
+    info: &CommitInfo,
+    keyring_dir: &Path,
+) -> Result<Vec<CommitSignature>> {
+    let has_any = info
+        .detached_metadata
+        .get("ostree.gpgsigs")
+        .and_then(|v| v.as_array())
+        .is_some_and(|signatures| !signatures.is_empty());
+    if !has_any {
+        return Ok(Vec::new());
+    }
+    use glib::translate::IntoGlib;
+    let keyring_dir = gio::File::for_path(keyring_dir);
+    let result = repo
+        .verify_commit_ext(
+            &info.checksum,
+            Some(&keyring_dir),
+            gio::File::NONE,
+            gio::Cancellable::NONE,
+        )
+        .with_context(|| format!("verifying the signatures of commit {}", info.checksum))?;
+    let attr = |signature: &glib::Variant, attr: ostree::GpgSignatureAttr| {
+        signature.try_child_value(attr.into_glib() as usize)
+    };
+    Ok((0..result.count_all())
+        .map(|index| {
+            let signature = result.all(index);
+            let text = |a| attr(&signature, a).and_then(|v| v.str().map(str::to_string));
+            CommitSignature {
+                signer: text(ostree::GpgSignatureAttr::FingerprintPrimary)
+                    .filter(|f| !f.is_empty())
+                    .or_else(|| text(ostree::GpgSignatureAttr::Fingerprint))
+                    .unwrap_or_default(),
+                valid: attr(&signature, ostree::GpgSignatureAttr::Valid)
+                    .and_then(|v| v.get::<bool>())
+                    .unwrap_or(false),
+            }
+        })
+        .collect())
+}

@@ -118,6 +118,9 @@ pub struct PublishReport {
     /// signing and reading the records).
     #[serde(default)]
     pub phase_seconds: Vec<PhaseTime>,
+    /// Pages of the release site written under `site/` (`--site`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub site_pages: Option<usize>,
 }
 
 /// How long one publish phase took.

@@ -108,6 +108,19 @@ pub fn sign_detached(data: &[u8], key: &str, homedir: Option<&Path>) -> Result<V
     Ok(output.stdout)
 }
 
+/// The public key of the one key `key` names (its primary fingerprint),
+/// armored.
+pub fn export_public(key: &str, homedir: Option<&Path>) -> Result<Vec<u8>> {
+    let fingerprint = primary_fingerprint(key, homedir)?;
+    let mut cmd = gpg(homedir)?;
+    cmd.args(["--armor", "--export", "--", &fingerprint]);
+    let output = tool::run(&mut cmd).with_context(|| format!("exporting GPG key {key}"))?;
+    if !output.stdout.starts_with(b"-----BEGIN PGP PUBLIC KEY BLOCK-----") {
+        bail!("gpg exported no public key for {key}");
+    }
+    Ok(output.stdout)
+}
+
 /// Checks a detached `signature` of `data`. gpg's exit status must agree
 /// with its status lines for the signature to count.
 pub fn verify_detached(data: &[u8], signature: &[u8], homedir: Option<&Path>) -> Result<Verification> {
@@ -178,6 +191,20 @@ impl PinnedKeyring {
     /// Checks a detached `signature` of `data` with this keyring alone.
     pub fn verify(&self, data: &[u8], signature: &[u8]) -> Result<Verification> {
         verify_detached(data, signature, Some(self.home.path()))
+    }
+
+    /// The pinned keys as a binary keyring, `trusted.gpg` in a new
+    /// directory: the form libostree verifies commits with.
+    pub fn ostree_keyring_dir(&self) -> Result<tempfile::TempDir> {
+        let dir = tempfile::Builder::new()
+            .prefix("imgbuild-keyring-")
+            .tempdir()
+            .context("creating a keyring directory")?;
+        let mut cmd = gpg(Some(self.home.path()))?;
+        cmd.arg("--export");
+        let exported = tool::run(&mut cmd).context("exporting the pinned key")?;
+        std::fs::write(dir.path().join("trusted.gpg"), exported.stdout).context("writing the keyring")?;
+        Ok(dir)
     }
 
     /// Good, and by one of the pinned keys (or a subkey of one).

@@ -9,7 +9,7 @@ use crate::qualify::{sig_of, vex_clearing, write_record};
 
 /// v1 has bash 5.2.15-2 and libc6 2.36-9+deb12u10 (its own source); v2
 /// has bash 5.2.15-2+b7 and adds tree 2.1.0-1.
-const EXPORT: &str = r#"{
+pub(crate) const EXPORT: &str = r#"{
   "bash": {
     "CVE-2022-3715": {"description": "x", "releases": {
       "bookworm": {"status": "resolved", "fixed_version": "5.2.15-2+b7", "urgency": "high"},

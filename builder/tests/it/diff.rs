@@ -13,7 +13,7 @@ use imgbuild::recipe::Flavor;
 use imgbuild::sbom;
 use imgbuild::stages::commit::{self, CommitFacts};
 
-const REF: &str = "emberrtos/x86_64/rt";
+pub(crate) const REF: &str = "emberrtos/x86_64/rt";
 
 pub(crate) fn imgbuild() -> BinCommand {
     BinCommand::cargo_bin("imgbuild").unwrap()
@@ -22,7 +22,7 @@ pub(crate) fn imgbuild() -> BinCommand {
 pub(crate) const STATUS_V1: &str = "Package: bash\nStatus: install ok installed\nArchitecture: amd64\nVersion: 5.2.15-2\n\n\
 Package: libc6\nStatus: install ok installed\nArchitecture: amd64\nVersion: 2.36-9+deb12u10\n\n\
 Package: gone\nStatus: install ok installed\nArchitecture: all\nVersion: 1.0\n";
-const STATUS_V2: &str = "Package: bash\nStatus: install ok installed\nArchitecture: amd64\nVersion: 5.2.15-2+b7\n\n\
+pub(crate) const STATUS_V2: &str = "Package: bash\nStatus: install ok installed\nArchitecture: amd64\nVersion: 5.2.15-2+b7\n\n\
 Package: libc6\nStatus: install ok installed\nArchitecture: amd64\nVersion: 2.36-9+deb12u10\n\n\
 Package: tree\nStatus: install ok installed\nArchitecture: amd64\nVersion: 2.1.0-1\nDepends: libc6 (>= 2.34)\n";
 

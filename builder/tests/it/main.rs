@@ -25,4 +25,5 @@ mod qualify;
 mod rootfs;
 mod secrets;
 mod secure_boot;
+mod site;
 mod vm;

@@ -694,7 +694,7 @@ fn jitter_report(verdict: &str, worst: u64, budget: u64, duration: u64) -> Value
 }
 
 /// A qualification record (schema qualification/1) of `hw` for `commit`.
-fn record(commit: &str, hw: &str, verdict: &str, worst: u64) -> Value {
+pub(crate) fn record(commit: &str, hw: &str, verdict: &str, worst: u64) -> Value {
     json!({
         "schema": "qualification/2",
         "commit": commit,
