@@ -46,12 +46,12 @@ pub fn svg(histogram: &BTreeMap<u64, u64>, budget_us: u64, label: &str) -> Strin
         .unwrap_or(0)
         .max(budget_us)
         .max(1) as f64;
+    let (histogram, bin_us) = binned(histogram, x_max as u64);
     let y_max = histogram.values().copied().max().unwrap_or(1).max(1) as f64;
     let (plot_w, plot_h) = (WIDTH - LEFT - 8.0, HEIGHT - BOTTOM - TOP);
     let x = |us: f64| LEFT + us / x_max * plot_w;
     let y = |count: f64| TOP + plot_h - (count.max(1.0).log10() + 1.0) / (y_max.log10() + 1.0) * plot_h;
-    let bar = (plot_w / (x_max + 1.0)).max(1.0);
-    let histogram = binned(histogram, x_max as u64);
+    let bar = (plot_w * bin_us as f64 / (x_max + 1.0)).max(1.0);
     let mut out = String::new();
     let _ = write!(
         out,
@@ -94,15 +94,15 @@ pub fn svg(histogram: &BTreeMap<u64, u64>, budget_us: u64, label: &str) -> Strin
 const MAX_BARS: u64 = 576;
 
 /// The histogram in at most [`MAX_BARS`] bins over `0..=x_max`, each keyed
-/// by its first microsecond.
-fn binned(histogram: &BTreeMap<u64, u64>, x_max: u64) -> BTreeMap<u64, u64> {
+/// by its first microsecond, and the bins' width in microseconds.
+fn binned(histogram: &BTreeMap<u64, u64>, x_max: u64) -> (BTreeMap<u64, u64>, u64) {
     let width = x_max / MAX_BARS + 1;
     let mut bins = BTreeMap::new();
     for (us, count) in histogram {
         let bin: &mut u64 = bins.entry(us / width * width).or_default();
         *bin = bin.saturating_add(*count);
     }
-    bins
+    (bins, width)
 }
 
 #[cfg(test)]
@@ -125,6 +125,20 @@ mod tests {
         let bars = drawing.matches("<rect class=\"bar\"").count() as u64;
         assert!(bars <= MAX_BARS && bars > MAX_BARS / 2, "{bars} bars");
         assert!(svg(&BTreeMap::from([(1, 0)]), 0, "zero").matches("<rect").count() == 0);
+        // Summed bins set the scale: no bar rises above the plot.
+        let tops = drawing_tops(&svg(&wide, 100, "wide"));
+        assert!(tops.iter().all(|top| *top >= TOP - 0.05), "{tops:?}");
+    }
+
+    fn drawing_tops(drawing: &str) -> Vec<f64> {
+        drawing
+            .split("<rect class=\"bar\"")
+            .skip(1)
+            .map(|rect| {
+                let at = rect.find(" y=\"").unwrap() + 4;
+                rect[at..rect[at..].find('"').unwrap() + at].parse().unwrap()
+            })
+            .collect()
     }
 
     #[test]
