@@ -385,6 +385,15 @@ pub struct QualifyArgs {
     /// The GnuPG home holding that key [default: $GNUPGHOME, else ~/.gnupg].
     #[arg(long, value_name = "DIR")]
     gpg_homedir: Option<PathBuf>,
+    /// The live ISO the targets booted. A target with a TPM is then
+    /// attested: its quote must show GRUB loaded this ISO's kernel (the
+    /// ref's) and initramfs, and its EK becomes its hardware id.
+    #[arg(long, value_name = "ISO")]
+    live_iso: Option<PathBuf>,
+    /// PEM certificates (roots and intermediates) a TPM's EK certificate
+    /// must chain to; without it the record says the certificate was not checked.
+    #[arg(long, value_name = "FILE", requires = "live_iso")]
+    tpm_ca: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -415,6 +424,10 @@ pub struct PromoteArgs {
     /// (trust-on-first-use, or a qualification/1 record, which does not say).
     #[arg(long)]
     allow_tofu: bool,
+    /// Also count PASS records no TPM attested (`provenance.attestation:
+    /// none`): their hardware, kernel and figures are the target's own word.
+    #[arg(long)]
+    allow_unattested: bool,
     /// The shortest measurement a PASS counts with, in seconds.
     #[arg(long, default_value_t = 300)]
     min_duration: u64,
@@ -521,6 +534,11 @@ pub struct VmArgs {
     /// `--dmi "sys-vendor=Acme Corp" --dmi serial=SN-0042`.
     #[arg(long = "dmi", value_name = "FIELD=VALUE", value_parser = vm::parse_dmi_setting)]
     dmi: Vec<vm::DmiSetting>,
+    /// Give the guest a TPM 2.0 (swtpm) whose state lives in DIR: made,
+    /// with an EK certificate from swtpm's local CA, on first use; kept
+    /// after, so the guest keeps its TPM identity. Another DIR, another TPM.
+    #[arg(long, value_name = "DIR")]
+    tpm: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -952,6 +970,8 @@ fn run_qualify(args: QualifyArgs, ui: &Ui, json: bool) -> Result<u8> {
         out: args.out,
         gpg_key: args.gpg_key,
         gpg_homedir: args.gpg_homedir,
+        live_iso: args.live_iso,
+        tpm_ca: args.tpm_ca,
     };
     let report = qualify::qualify(&request, ui)?;
     if json {
@@ -975,6 +995,7 @@ fn run_promote(args: PromoteArgs, ui: &Ui, json: bool) -> Result<u8> {
             min_duration_s: args.min_duration,
             max_budget_us: args.max_budget,
             allow_tofu: args.allow_tofu,
+            allow_unattested: args.allow_unattested,
         },
         cve: match args.max_severity {
             Some(max_severity) => Some(qualify::promote::CveGate {
@@ -1049,6 +1070,7 @@ fn run_vm(args: VmArgs, ui: &Ui, json: bool) -> Result<u8> {
         dmi,
         secure_boot_vars: args.secure_boot,
         arch: args.arch,
+        tpm: args.tpm,
     };
     let report = vm::run(&args.disk, &options, ui)?;
     if json {

@@ -59,7 +59,10 @@ pub const PACKAGES: &[(&str, &str)] = &[
     ("ssh", "openssh-client"),
     ("ssh-keygen", "openssh-client"),
     ("ssh-keyscan", "openssh-client"),
+    ("swtpm", "swtpm"),
+    ("swtpm_setup", "swtpm-tools"),
     ("tar", "tar"),
+    ("tpm2_makecredential", "tpm2-tools"),
     ("xorriso", "xorriso"),
     ("zstd", "zstd"),
 ];

@@ -46,14 +46,15 @@ pub fn list(repo: &Path, commit: &str) -> Result<Listing> {
 fn summarize_qualification(stored: &StoredRecord) -> String {
     match serde_json::from_slice::<Record>(&stored.json) {
         Ok(r) => clean(&format!(
-            "{} {}: {}, worst case {} us, budget {} us, {} s, host key {}",
+            "{} {}: {}, worst case {} us, budget {} us, {} s, host key {}, attestation {}",
             r.hardware.id,
             r.hardware.platform(),
             r.verdict,
             r.worst_us,
             r.budget_us,
             r.duration_s,
-            r.host_key_established()
+            r.host_key_established(),
+            r.attestation_summary()
         )),
         Err(error) => clean(&format!("unreadable: {error}")),
     }

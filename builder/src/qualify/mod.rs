@@ -9,6 +9,7 @@
 //! once it says it runs the ref's own kernel. Without attestation what it
 //! says (identity, kernel, figures) is its own word, and the record says so.
 
+pub mod attest;
 pub mod listing;
 pub mod measure;
 pub mod probe;
@@ -79,6 +80,11 @@ pub struct QualifyRequest {
     pub out: Option<PathBuf>,
     pub gpg_key: String,
     pub gpg_homedir: Option<PathBuf>,
+    /// `--live-iso`: the ISO the targets booted; its initramfs is what a
+    /// TPM must have measured. Without it no target is attested.
+    pub live_iso: Option<PathBuf>,
+    /// `--tpm-ca`: the certificates an EK certificate must chain to.
+    pub tpm_ca: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -140,6 +146,13 @@ pub fn qualify(request: &QualifyRequest, ui: &Ui) -> Result<QualifyReport> {
     gpg::primary_fingerprint(&request.gpg_key, request.gpg_homedir.as_deref())
         .context("--gpg-key signs the records")?;
     let expected = expected_kernel(&request.repo, &request.ref_name, "qualify")?;
+    let boot = match &request.live_iso {
+        Some(iso) => Some(attest::live_iso_boot_files(iso, &expected.bzimage_sha256)?),
+        None => None,
+    };
+    if let Some(ca) = &request.tpm_ca {
+        std::fs::metadata(ca).with_context(|| format!("--tpm-ca {}", ca.display()))?;
+    }
     ui.step(
         "qualify",
         format!(
@@ -158,8 +171,8 @@ pub fn qualify(request: &QualifyRequest, ui: &Ui) -> Result<QualifyReport> {
             .iter()
             .map(|target| {
                 let line = TargetLine::new(target, request.run.duration_s, &multi, ui);
-                let expected = &expected;
-                scope.spawn(move || qualify_target(target, request, expected, &line))
+                let (expected, boot) = (&expected, boot.as_ref());
+                scope.spawn(move || qualify_target(target, request, (expected, boot), &line))
             })
             .collect();
         running
@@ -218,7 +231,7 @@ pub fn short(commit: &str) -> String {
 fn qualify_target(
     target: &Target,
     request: &QualifyRequest,
-    expected: &Expected,
+    (expected, boot): (&Expected, Option<&attest::BootFiles>),
     line: &TargetLine,
 ) -> TargetOutcome {
     let mut outcome = TargetOutcome {
@@ -236,7 +249,7 @@ fn qualify_target(
         record: None,
         files: None,
     };
-    if let Err(error) = attempt(target, request, expected, line, &mut outcome) {
+    if let Err(error) = attempt(target, request, (expected, boot), line, &mut outcome) {
         let refused = error.chain().any(is_refusal);
         outcome.status = if refused { Status::Refused } else { Status::Error };
         // The chain may quote the target (a serde error quotes its JSON).
@@ -261,7 +274,7 @@ fn is_refusal(error: &(dyn std::error::Error + 'static)) -> bool {
 fn attempt(
     target: &Target,
     request: &QualifyRequest,
-    expected: &Expected,
+    (expected, boot): (&Expected, Option<&attest::BootFiles>),
     line: &TargetLine,
     outcome: &mut TargetOutcome,
 ) -> Result<()> {
@@ -275,10 +288,15 @@ fn attempt(
     outcome.host_key = Some(key.fingerprint.clone());
     outcome.host_key_established = Some(session.established);
     let output = session.run(probe::PROBE_COMMAND, Limits::PROBE)?;
-    let probe = probe::parse(&String::from_utf8_lossy(&output.stdout));
+    let mut probe = probe::parse(&String::from_utf8_lossy(&output.stdout));
     outcome.hardware_id = Some(probe.hardware.id.clone());
     outcome.platform = Some(probe.hardware.platform());
     require_expected_kernel(&session, &probe, expected)?;
+    let attesting = start_attestation(&session, &probe, boot, line)?;
+    if let Some(started) = &attesting {
+        probe.hardware.id = attest::hardware_id(&started.keys);
+        outcome.hardware_id = Some(probe.hardware.id.clone());
+    }
     line.say(&format!(
         "{} ({}): measuring",
         probe.hardware.id,
@@ -286,14 +304,19 @@ fn attempt(
     ));
     let started = now();
     let measurement = measure::measure(&session, request.run, expected, &mut |p| line.progress(p))?;
+    let finished = now();
+    let report: serde_json::Value = serde_json::from_slice(&measurement.report_json)?;
+    let attestation = attesting
+        .as_ref()
+        .map(|started| finish_attestation(&session, started, &report, request, line))
+        .transpose()?;
     let record = build_record(
-        &session,
-        &probe,
-        expected,
+        (&session, &probe, expected),
         request.run,
         &measurement,
-        (started, now()),
-    )?;
+        (report, attestation),
+        (started, finished),
+    );
     let json = serde_json::to_vec_pretty(&record)?;
     let name = record::file_name(&record, &target.file_name());
     let (path, signature) = record::sign_and_store(
@@ -372,16 +395,53 @@ fn operator_host() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname").map_or_else(|_| "unknown".into(), |h| clean(&h))
 }
 
-fn build_record(
+/// A TPM is asked only with `--live-iso` (its initramfs is what the TPM
+/// must have measured).
+fn start_attestation(
     session: &Session,
     probe: &Probe,
-    expected: &Expected,
+    boot: Option<&attest::BootFiles>,
+    line: &TargetLine,
+) -> Result<Option<attest::Started>> {
+    match (probe.tpm, boot) {
+        (true, Some(boot)) => Ok(Some(attest::start(session, boot)?)),
+        (true, None) => {
+            line.say("has a TPM, but without --live-iso it is not asked: the record says attestation none");
+            Ok(None)
+        }
+        (false, _) => Ok(None),
+    }
+}
+
+fn finish_attestation(
+    session: &Session,
+    started: &attest::Started,
+    report: &serde_json::Value,
+    request: &QualifyRequest,
+    line: &TargetLine,
+) -> Result<attest::record::Attestation> {
+    let attestation = attest::finish(session, started, report, request.tpm_ca.as_deref())?;
+    line.say(&format!(
+        "attested by its TPM (EK {}, certificate {})",
+        &attestation.ek.public_sha256[..16],
+        attestation.ek.certificate_status
+    ));
+    Ok(attestation)
+}
+
+fn build_record(
+    (session, probe, expected): (&Session, &Probe, &Expected),
     run: Run,
     measurement: &Measurement,
+    (report, attestation): (serde_json::Value, Option<attest::record::Attestation>),
     (started, finished): (u64, u64),
-) -> Result<Record> {
+) -> Record {
     let assessment = &measurement.report.assessment;
-    Ok(Record {
+    let provenance = match attestation {
+        Some(_) => Provenance::attested(),
+        None => Provenance::reported_by_target(),
+    };
+    Record {
         schema: record::SCHEMA.into(),
         commit: expected.commit.clone(),
         ref_name: expected.ref_name.clone(),
@@ -399,7 +459,7 @@ fn build_record(
                 established: Some(session.established),
             },
         },
-        provenance: Some(Provenance::reported_by_target()),
+        provenance: Some(provenance),
         verdict: assessment.verdict.to_string(),
         reasons: assessment
             .reasons
@@ -413,8 +473,9 @@ fn build_record(
         finished: record::rfc3339(finished),
         operator_host: operator_host(),
         imgbuild_version: env!("CARGO_PKG_VERSION").into(),
-        report: serde_json::from_slice(&measurement.report_json)?,
-    })
+        report,
+        attestation,
+    }
 }
 
 /// The operator's copies in `OUT/HOST-PORT/`, the record last.

@@ -12,6 +12,7 @@ pub const PROBE_COMMAND: &str = "for f in sys_vendor product_name board_name bio
 printf 'dmi.%s=' \"$f\"; head -c 256 \"/sys/class/dmi/id/$f\" 2>/dev/null | tr -d '\\n'; echo; done; \
 printf 'uname.r=%s\\n' \"$(uname -r)\"; printf 'uname.v=%s\\n' \"$(uname -v)\"; printf 'uname.m=%s\\n' \"$(uname -m)\"; \
 printf 'jitter=%s\\n' \"$(command -v jitter)\"; \
+if [ -c /dev/tpmrm0 ] && [ -x /usr/libexec/emberrtos/attest ]; then echo tpm=yes; fi; \
 grep -E '^(processor|model name|microcode)[[:space:]]*:' /proc/cpuinfo | head -n 4096 | sed 's/^/cpu./'; \
 grep '^MemTotal:' /proc/meminfo | sed 's/^/mem./'";
 
@@ -69,6 +70,8 @@ pub struct Probe {
     pub machine: String,
     /// Where `jitter` is on the target's PATH; empty when it is not.
     pub jitter: String,
+    /// The target has a TPM and the live ISO's `attest`.
+    pub tpm: bool,
 }
 
 /// Parses [`PROBE_COMMAND`]'s output (pure). Values are cleaned of control
@@ -95,6 +98,7 @@ pub fn parse(output: &str) -> Probe {
             "uname.v" => probe.uts_version = value,
             "uname.m" => probe.machine = value,
             "jitter" => probe.jitter = value,
+            "tpm" => probe.tpm = value == "yes",
             "cpu.processor" => hw.cores += 1,
             "cpu.model name" if hw.cpu_model.is_empty() => hw.cpu_model = value,
             "cpu.microcode" if hw.microcode.is_empty() => hw.microcode = value,

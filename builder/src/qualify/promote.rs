@@ -63,6 +63,8 @@ pub struct Row {
     pub host_key: String,
     /// How that key was established: `pinned`, `trust-on-first-use`, `not stated`.
     pub host_key_established: String,
+    /// `tpm2-quote` (checked again here) or `none`.
+    pub attestation: String,
     pub finished: String,
     /// Signed by the key, readable, about this commit.
     pub valid: bool,
@@ -94,6 +96,8 @@ pub struct Policy {
     pub max_budget_us: u64,
     /// Whether a PASS through a host key that was not pinned counts.
     pub allow_tofu: bool,
+    /// Whether a PASS without a TPM's attestation counts.
+    pub allow_unattested: bool,
 }
 
 /// Judges one stored record (pure once its signature is checked) against
@@ -116,6 +120,7 @@ pub fn judge(
         sha256: sha256_hex(&stored.json),
         host_key: String::new(),
         host_key_established: String::new(),
+        attestation: String::new(),
         finished: String::new(),
         valid: false,
         why: None,
@@ -128,6 +133,7 @@ pub fn judge(
         row.budget_us = Some(record.budget_us);
         row.host_key = clean(&record.target.host_key.fingerprint);
         row.host_key_established = record.host_key_established().into();
+        row.attestation = clean(record.attestation());
         row.finished = clean(&record.finished);
     }
     let record = authentic(&parsed, verification, signer, commit);
@@ -170,15 +176,30 @@ fn authentic<'a>(
 
 /// Why an authentic record is not a PASS that counts (pure).
 fn why_not_pass(record: &Record, policy: Policy) -> Option<String> {
-    why_not_a_good_verdict(record, policy).or_else(|| {
-        let established = record.target.host_key.established;
-        (established != Some(Established::Pinned) && !policy.allow_tofu).then(|| {
-            format!(
-                "PASS through a host key not pinned ({}): --allow-tofu counts it",
-                record.host_key_established()
-            )
+    why_not_a_good_verdict(record, policy)
+        .or_else(|| {
+            let established = record.target.host_key.established;
+            (established != Some(Established::Pinned) && !policy.allow_tofu).then(|| {
+                format!(
+                    "PASS through a host key not pinned ({}): --allow-tofu counts it",
+                    record.host_key_established()
+                )
+            })
         })
-    })
+        .or_else(|| why_not_attested(record, policy))
+}
+
+/// An attested record's evidence is checked again; an unattested one
+/// counts only with `--allow-unattested`.
+fn why_not_attested(record: &Record, policy: Policy) -> Option<String> {
+    if record.attestation.is_none() {
+        return (!policy.allow_unattested).then(|| {
+            "PASS without a TPM attestation (the target's own word): --allow-unattested counts it".into()
+        });
+    }
+    record
+        .attestation_problem()
+        .map(|error| clean(&format!("its TPM attestation does not verify: {error}")))
 }
 
 fn why_not_a_good_verdict(record: &Record, policy: Policy) -> Option<String> {
@@ -401,6 +422,7 @@ fn write_promotion(request: &PromoteRequest, report: &PromoteReport) -> Result<P
         "require": request.require,
         "min-platforms": request.min_platforms,
         "allow-tofu": request.policy.allow_tofu,
+        "allow-unattested": request.policy.allow_unattested,
         "records": counted,
         "judged": report.rows,
         "cve": report.cve,
@@ -470,6 +492,7 @@ mod tests {
         min_duration_s: 300,
         max_budget_us: 100,
         allow_tofu: false,
+        allow_unattested: true,
     };
 
     fn stored(commit: &str, verdict: &str, worst: u64) -> StoredRecord {
@@ -562,6 +585,36 @@ mod tests {
         assert!(why(&short, Some(&good())).unwrap().contains("--min-duration 300"));
         let lax = stored_with(COMMIT, "PASS", 400, |j| j["budget-us"] = 1000.into());
         assert!(why(&lax, Some(&good())).unwrap().contains("--max-budget 100"));
+    }
+
+    #[test]
+    fn an_unattested_pass_counts_only_with_allow_unattested_and_a_forged_one_never() {
+        let strict = Policy {
+            allow_unattested: false,
+            ..POLICY
+        };
+        let plain = stored(COMMIT, "PASS", 40);
+        let row = judge(&plain, Some(&good()), KEY, COMMIT, strict);
+        assert_eq!(row.attestation, "none");
+        assert!(row.why.unwrap().contains("--allow-unattested"));
+        assert_eq!(judge(&plain, Some(&good()), KEY, COMMIT, POLICY).why, None);
+        // Claiming an attestation whose quote is not a TPM's counts under no policy.
+        let forged = stored_with(COMMIT, "PASS", 40, |j| {
+            j["provenance"] = serde_json::json!({"attestation": "tpm2-quote", "identity-source": "tpm-endorsement-key",
+                "kernel-source": "x", "measurement-source": "x"});
+            j["attestation"] = serde_json::json!({"method": "tpm2-quote", "result": "attested", "nonce": "00",
+                "report-sha256": "00", "qualifying-data": "00", "quote": "AAAA", "signature": "AAAA", "pcrs": {},
+                "event-log": "AAAA", "event-log-sha256": "00", "event-log-events": 0,
+                "ek": {"public": "AAAA", "public-sha256": "00", "certificate-status": "none"},
+                "ak": {"public": "AAAA", "name": "00", "binding": "credential-activation"},
+                "kernel": {"path": "k", "sha256": "00"}, "initrd": {"path": "i", "sha256": "00"},
+                "initrd-source": "iso"});
+        });
+        for policy in [strict, POLICY] {
+            let row = judge(&forged, Some(&good()), KEY, COMMIT, policy);
+            assert_eq!(row.attestation, "tpm2-quote");
+            assert!(row.why.unwrap().contains("attestation does not verify"));
+        }
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
+use super::attest::{self, record::Attestation};
 use super::probe::Hardware;
 use super::ssh::Established;
 use crate::io::gpg;
@@ -57,7 +58,7 @@ pub struct Provenance {
 }
 
 impl Provenance {
-    /// What this version of qualify establishes: nothing beyond the target's word.
+    /// Without a TPM: nothing beyond the target's word.
     pub fn reported_by_target() -> Provenance {
         Provenance {
             attestation: "none".into(),
@@ -66,7 +67,22 @@ impl Provenance {
             measurement_source: "jitter-report-from-target".into(),
         }
     }
+
+    /// With a verified TPM quote ([`Attestation`]): the identity is the
+    /// EK's, the kernel and initramfs are what GRUB measured, and the
+    /// report is the one the quote binds.
+    pub fn attested() -> Provenance {
+        Provenance {
+            attestation: ATTESTED_BY.into(),
+            identity_source: "tpm-endorsement-key".into(),
+            kernel_source: "measured-boot-quoted-by-tpm".into(),
+            measurement_source: "jitter-report-bound-to-tpm-quote".into(),
+        }
+    }
 }
+
+/// `provenance.attestation` of an attested record.
+pub const ATTESTED_BY: &str = super::attest::record::METHOD;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -101,11 +117,46 @@ pub struct Record {
     pub imgbuild_version: String,
     /// The whole jitter report (`jitter-report/2`).
     pub report: serde_json::Value,
+    /// The TPM's evidence, when the target was attested.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attestation: Option<Attestation>,
 }
 
 impl Record {
     /// How its host key was established: `pinned`, `trust-on-first-use`,
     /// or `not stated` (a `qualification/1` record).
+    /// What its attestation establishes, checked again (see [`attest::recheck`]).
+    pub fn attestation_summary(&self) -> String {
+        match &self.attestation {
+            None => "none (hardware, kernel and figures are the target's own word)".into(),
+            Some(attestation) => attest::describe(attestation, &self.claimed()),
+        }
+    }
+
+    /// Checks its attestation again; `None` when it verifies.
+    pub fn attestation_problem(&self) -> Option<String> {
+        let attestation = self.attestation.as_ref()?;
+        attest::recheck(attestation, &self.claimed())
+            .err()
+            .map(|e| e.to_string())
+    }
+
+    fn claimed(&self) -> attest::Claimed<'_> {
+        attest::Claimed {
+            hardware_id: &self.hardware.id,
+            kernel_sha256: &self.kernel.bzimage_sha256,
+            report: &self.report,
+        }
+    }
+
+    /// `tpm2-quote` when a TPM attested the run, else `none`.
+    pub fn attestation(&self) -> &str {
+        match (&self.provenance, &self.attestation) {
+            (Some(p), Some(_)) => &p.attestation,
+            _ => "none",
+        }
+    }
+
     pub fn host_key_established(&self) -> &'static str {
         self.target
             .host_key
@@ -185,6 +236,7 @@ mod tests {
             operator_host: "ci".into(),
             imgbuild_version: "0.1.0".into(),
             report: serde_json::Value::Null,
+            attestation: None,
         }
     }
 

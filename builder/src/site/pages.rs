@@ -649,6 +649,7 @@ fn record_body(record: &Record) -> String {
             )),
         ),
         ("Measured from", esc(&record.operator_host)),
+        ("Attestation", esc(&record.attestation_summary())),
     ]);
     let histogram = plot::histogram(&record.report);
     out.push_str("<h2>Latency</h2>\n");

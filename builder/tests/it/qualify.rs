@@ -1275,6 +1275,10 @@ fn with_trust_on_first_use_the_record_says_so_and_promote_needs_allow_tofu() {
     // Identity, kernel and figures: the target's own word, and said to be.
     let provenance = &rec["provenance"];
     assert_eq!(provenance["attestation"], "none", "{rec:#}");
+    assert!(
+        rec.get("attestation").is_none(),
+        "a target without a TPM has no attestation: {rec:#}"
+    );
     for (field, source) in [
         ("identity-source", "dmi-cpuinfo-meminfo-reported-by-target"),
         ("kernel-source", "uname-and-check-kernel-reported-by-target"),
@@ -1631,11 +1635,20 @@ fn pass_through(commit: &str, hw: &str, established: Option<&str>) -> Value {
     rec
 }
 
+/// Promote with `--allow-unattested`: these records come from stand-in
+/// targets without a TPM.
 fn promote(repo: &Path, key: &GpgKey, extra: &[&str]) -> Output {
     promote_to(repo, key, STABLE, extra)
 }
 
 fn promote_to(repo: &Path, key: &GpgKey, to: &str, extra: &[&str]) -> Output {
+    let mut args = vec!["--allow-unattested"];
+    args.extend_from_slice(extra);
+    promote_strictly(repo, key, to, &args)
+}
+
+/// Promote as an operator does by default: only attested records count.
+fn promote_strictly(repo: &Path, key: &GpgKey, to: &str, extra: &[&str]) -> Output {
     let mut args = vec![
         "promote",
         "--repo",
@@ -1858,6 +1871,21 @@ fn promote_counts_only_signed_passing_records_of_this_commit() {
         "--require hw-a alone",
         &["hw-a", "counts"],
     );
+    // By default only a TPM-attested PASS counts: hw-a's is not one.
+    let out = promote_strictly(
+        &repo,
+        &key,
+        STABLE,
+        &["--require", "hw-a", "--min-platforms", "1"],
+    );
+    assert_exit(&out, 3);
+    assert!(
+        stdout(&out)
+            .contains("PASS without a TPM attestation (the target's own word): --allow-unattested counts it"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(resolve(&repo, STABLE), None);
     // Promoted: hw-a's PASS counts (one platform asked for, required by name).
     let out = promote(&repo, &key, &["--require", "hw-a", "--min-platforms", "1"]);
     assert_exit(&out, 0);

@@ -32,6 +32,7 @@ fn plan() -> QemuPlan {
         relay: PathBuf::from("/bin/busybox"),
         dmi: Dmi::default(),
         secure_boot: false,
+        tpm_socket: None,
     }
 }
 
@@ -130,6 +131,31 @@ fn qemu_args_plug_the_config_medium_in_as_a_read_only_usb_stick() {
     assert!(devices.contains(&"usb-storage,bus=usb.0,drive=cfg,removable=on"));
     assert!(
         values(&args, "-drive").contains(&"if=none,id=cfg,format=raw,readonly=on,file=/media/cfg,,1.img")
+    );
+}
+
+#[test]
+fn qemu_args_give_a_tpm_only_when_asked_on_its_board() {
+    assert!(values(&vm::qemu_args(&plan()).unwrap(), "-tpmdev").is_empty());
+    let with_tpm = |board| QemuPlan {
+        board,
+        tpm_socket: Some(PathBuf::from("/tmp/t,1/swtpm.sock")),
+        ..plan()
+    };
+    let args = vm::qemu_args(&with_tpm(&qemu::X86_64)).unwrap();
+    assert_eq!(values(&args, "-tpmdev"), ["emulator,id=tpm0,chardev=tpmchr"]);
+    assert!(
+        values(&args, "-chardev").contains(&"socket,id=tpmchr,path=/tmp/t,,1/swtpm.sock"),
+        "{args:?}"
+    );
+    assert!(
+        values(&args, "-device").contains(&"tpm-tis,tpmdev=tpm0"),
+        "{args:?}"
+    );
+    let arm = vm::qemu_args(&with_tpm(&qemu::ARM64)).unwrap();
+    assert!(
+        values(&arm, "-device").contains(&"tpm-tis-device,tpmdev=tpm0"),
+        "{arm:?}"
     );
 }
 

@@ -14,6 +14,8 @@ use serde::{Deserialize, Serialize};
 
 mod dmi;
 
+pub mod tpm;
+
 pub use self::dmi::{Dmi, DmiError, DmiField, DmiSetting, parse_dmi_setting, smbios_options};
 use crate::io::qemu::{self, Accel, Board, Guest, StopSignals};
 use crate::tool;
@@ -76,6 +78,8 @@ pub struct VmOptions {
     pub secure_boot_vars: Option<PathBuf>,
     /// The machine the disk is for, which picks QEMU's board.
     pub arch: Arch,
+    /// swtpm's state directory: the guest gets a TPM 2.0 ([`tpm`]).
+    pub tpm: Option<PathBuf>,
 }
 
 /// Everything the QEMU command line names, resolved.
@@ -98,6 +102,8 @@ pub struct QemuPlan {
     pub dmi: Dmi,
     /// OVMF's Secure Boot build (with SMM) instead of the plain one.
     pub secure_boot: bool,
+    /// swtpm's control socket, when the guest has a TPM.
+    pub tpm_socket: Option<PathBuf>,
 }
 
 /// The address at which the guest reaches a forwarded host port. Not
@@ -165,6 +171,9 @@ pub fn qemu_args(plan: &QemuPlan) -> Result<Vec<String>> {
         } else {
             plan.board.pflash_args(vars)
         });
+    }
+    if let Some(socket) = &plan.tpm_socket {
+        args.extend(tpm::qemu_args(socket, plan.board.arch));
     }
     if let Some(medium) = &plan.config_medium {
         args.extend(
@@ -503,6 +512,22 @@ pub fn run(disk: &Path, options: &VmOptions, ui: &Ui) -> Result<VmReport> {
         None => free_loopback_port()?,
     };
     let console = prepare_console(options.console.as_deref())?;
+    let swtpm = match &options.tpm {
+        Some(state) => {
+            let (swtpm, new) = tpm::start(state, scratch.path())?;
+            let how = if new {
+                "manufactured now"
+            } else {
+                "kept from an earlier run"
+            };
+            ui.note(format!(
+                "tpm: swtpm with its state in {} ({how})",
+                state.display()
+            ));
+            Some(swtpm)
+        }
+        None => None,
+    };
     let plan = QemuPlan {
         board,
         accel: options.accel,
@@ -516,6 +541,7 @@ pub fn run(disk: &Path, options: &VmOptions, ui: &Ui) -> Result<VmReport> {
         relay: crate::stages::rootfs::static_busybox()?,
         dmi: options.dmi.clone(),
         secure_boot: options.secure_boot_vars.is_some(),
+        tpm_socket: swtpm.as_ref().map(|s| s.socket.clone()),
     };
     let args = qemu_args(&plan)?;
     let stderr_log = scratch.path().join("qemu.stderr");
@@ -811,6 +837,7 @@ mod tests {
             relay: "/bin/busy,box".into(),
             dmi: Dmi::default(),
             secure_boot: false,
+            tpm_socket: None,
         }
     }
 

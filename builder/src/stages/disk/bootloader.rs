@@ -98,6 +98,8 @@ const CORE_MODULES: &[&str] = &[
     "reboot",
     "serial",
     "terminal",
+    // Measures what GRUB loads (PCR 9) and runs (PCR 8) into the TPM.
+    "tpm",
 ];
 
 /// GRUB's countdown of [`TRIES_VAR`]: Debian's GRUB has no `increment`
