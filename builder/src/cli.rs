@@ -13,6 +13,7 @@ use crate::commands::config_medium::{self, MediumOptions};
 use crate::commands::{diff, publish, vm};
 use crate::cve::DataSource;
 use crate::cve::tracker::Urgency;
+use crate::io::user_path;
 use crate::ostree;
 use crate::pipeline::{self, PipelineReport};
 use crate::qualify;
@@ -89,11 +90,11 @@ pub enum Command {
 pub struct SiteArgs {
     /// The ostree repo, with the qualification and promotion records
     /// beside its commits.
-    #[arg(long)]
+    #[arg(long, value_parser = user_path)]
     repo: PathBuf,
     /// The site's directory: created, or replaced when it holds a site
     /// imgbuild wrote.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", value_parser = user_path)]
     out: PathBuf,
     /// The OpenPGP public key commits and records must be signed by: the
     /// pages mark everything it did not sign.
@@ -117,7 +118,7 @@ pub struct CveDataArgs {
     cve_db: Option<PathBuf>,
     /// With --cve: the cache directory [default: $IMGBUILD_CACHE, else
     /// ~/.cache/imgbuild].
-    #[arg(long, value_name = "DIR", requires = "cve", conflicts_with = "cve_db")]
+    #[arg(long, value_name = "DIR", requires = "cve", conflicts_with = "cve_db", value_parser = user_path)]
     cache_dir: Option<PathBuf>,
 }
 
@@ -139,10 +140,10 @@ pub struct RecipeArgs {
     #[arg(long, value_enum, default_value = "disk")]
     until: Stage,
     /// Work directory for stage outputs.
-    #[arg(long, default_value = "build")]
+    #[arg(long, default_value = "build", value_parser = user_path)]
     work_dir: PathBuf,
     /// Cache directory [default: $IMGBUILD_CACHE, else ~/.cache/imgbuild].
-    #[arg(long)]
+    #[arg(long, value_parser = user_path)]
     cache_dir: Option<PathBuf>,
     /// QEMU accelerator for the boot check.
     #[arg(long, value_enum, default_value = "tcg")]
@@ -268,7 +269,7 @@ pub struct BootArgs {
 #[derive(Args, Debug)]
 #[command(group(ArgGroup::new("signing").required(true).args(["gpg_key", "unsigned"])))]
 pub struct PublishArgs {
-    #[arg(long)]
+    #[arg(long, value_parser = user_path)]
     repo: PathBuf,
     /// A directory, file:// URL (the remote's web root) or
     /// ssh://user@host[:port]/path (the system OpenSSH client; host keys
@@ -316,7 +317,7 @@ pub struct PublishArgs {
 
 #[derive(Args, Debug)]
 pub struct InspectArgs {
-    #[arg(long)]
+    #[arg(long, value_parser = user_path)]
     repo: PathBuf,
     #[arg(value_name = "REF")]
     ref_name: String,
@@ -329,7 +330,7 @@ pub struct InspectArgs {
 #[derive(Args, Debug)]
 pub struct DiffArgs {
     /// The ostree repo (archive mode) holding both commits.
-    #[arg(long)]
+    #[arg(long, value_parser = user_path)]
     repo: PathBuf,
     /// The commit devices have (a ref or checksum).
     from: String,
@@ -349,7 +350,7 @@ pub struct QualifyArgs {
     #[arg(value_name = "TARGET", required = true)]
     targets: Vec<String>,
     /// The repo holding the ref; the records are stored beside its commit.
-    #[arg(long)]
+    #[arg(long, value_parser = user_path)]
     repo: PathBuf,
     /// The tagged rt ref whose kernel the machines must run.
     #[arg(long = "ref", value_name = "REF")]
@@ -377,7 +378,7 @@ pub struct QualifyArgs {
     #[arg(long)]
     trust_on_first_use: bool,
     /// Also keep each machine's files here, in HOST-PORT/.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", value_parser = user_path)]
     out: Option<PathBuf>,
     /// The GPG key that signs the records.
     #[arg(long, value_name = "KEYID")]
@@ -388,17 +389,17 @@ pub struct QualifyArgs {
     /// The live ISO the targets booted. A target with a TPM is then
     /// attested: its quote must show GRUB loaded this ISO's kernel (the
     /// ref's) and initramfs, and its EK becomes its hardware id.
-    #[arg(long, value_name = "ISO")]
+    #[arg(long, value_name = "ISO", value_parser = user_path)]
     live_iso: Option<PathBuf>,
     /// PEM certificates (roots and intermediates) a TPM's EK certificate
     /// must chain to; without it the record says the certificate was not checked.
-    #[arg(long, value_name = "FILE", requires = "live_iso")]
+    #[arg(long, value_name = "FILE", requires = "live_iso", value_parser = user_path)]
     tpm_ca: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
 pub struct PromoteArgs {
-    #[arg(long)]
+    #[arg(long, value_parser = user_path)]
     repo: PathBuf,
     /// The qualified ref (e.g. emberrtos/x86_64/rt).
     #[arg(long, value_name = "REF")]
@@ -476,7 +477,7 @@ pub struct ConfigMediumArgs {
     /// The provision.yaml to validate and put on the medium.
     provision: PathBuf,
     /// The image to write (replaced atomically).
-    #[arg(long)]
+    #[arg(long, value_parser = user_path)]
     out: PathBuf,
     /// The publisher key that update-remote.gpg-key names [default: that
     /// file beside the yaml].
@@ -544,7 +545,7 @@ pub struct VmArgs {
 #[derive(Args, Debug)]
 pub struct DiskArgs {
     /// The ostree repo holding the refs.
-    #[arg(long)]
+    #[arg(long, value_parser = user_path)]
     repo: PathBuf,
     /// The ref to deploy.
     #[arg(long = "ref", value_name = "REF")]
@@ -554,7 +555,7 @@ pub struct DiskArgs {
     #[arg(long = "embed", value_name = "REF")]
     embed: Vec<String>,
     /// The image to write (replaced atomically).
-    #[arg(long)]
+    #[arg(long, value_parser = user_path)]
     out: PathBuf,
     #[arg(long, value_enum, default_value = "raw")]
     format: DiskFormat,

@@ -9,13 +9,13 @@ use emberrtos_contract::error::BadInput;
 
 use crate::cve::report::Report;
 use crate::cve::{DataSource, sources};
-use crate::io::gpg;
+use crate::io::{gpg, user_path};
 use crate::ui::Ui;
 
 #[derive(Args, Debug)]
 pub struct CveArgs {
     /// The ostree repo holding the commit.
-    #[arg(long)]
+    #[arg(long, value_parser = user_path)]
     repo: PathBuf,
     /// The commit (a ref or checksum).
     #[arg(value_name = "COMMIT")]
@@ -27,7 +27,7 @@ pub struct CveArgs {
     #[arg(long, value_name = "FILE")]
     db: Option<PathBuf>,
     /// Cache directory [default: $IMGBUILD_CACHE, else ~/.cache/imgbuild].
-    #[arg(long, value_name = "DIR", conflicts_with = "db")]
+    #[arg(long, value_name = "DIR", conflicts_with = "db", value_parser = user_path)]
     cache_dir: Option<PathBuf>,
     /// The Debian release to match [default: the commit's VERSION_CODENAME].
     #[arg(long, value_name = "CODENAME")]

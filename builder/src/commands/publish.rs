@@ -290,10 +290,11 @@ pub fn publish(
         .iter()
         .map(|ref_name| plan_ref(&repo, source, transport, ref_name, options, ui))
         .collect::<Result<Vec<_>>>()?;
-    sign_commits(&repo, &plans, options, ui)?;
-    // Read before anything is copied: a repo that holds a planted link
-    // fails here, with the remote untouched.
+    // Read before anything is signed or copied: a repo that holds a
+    // planted link fails here, with the commits unsigned and the remote
+    // untouched.
     let records = read_records(source, &plans)?;
+    sign_commits(&repo, &plans, options, ui)?;
     clock.lap(&mut report, "plan");
 
     if served_already(source, transport, &plans)? {

@@ -85,3 +85,30 @@ pub fn read_head(path: &std::path::Path, len: usize) -> anyhow::Result<Vec<u8>> 
 pub fn elf_header(path: &std::path::Path) -> anyhow::Result<Option<rtcheck::elf::Header>> {
     Ok(rtcheck::elf::header(&read_head(path, rtcheck::elf::HEADER_LEN)?))
 }
+
+/// A path the user gave (command line, recipe), resolved once as they mean
+/// it: symlinks in it are followed, so `--repo ./repo` with `repo ->
+/// work/repo`, or `/srv/ostree -> /data/ostree`, names the real directory.
+/// Confinement applies inside the tree it names, never to the user's own
+/// path. The parts that do not exist yet are kept below the deepest
+/// existing directory. A clap `value_parser`.
+pub fn user_path(text: &str) -> Result<std::path::PathBuf, String> {
+    if text.is_empty() {
+        return Err("an empty path".into());
+    }
+    let path = std::path::absolute(text).map_err(|e| e.to_string())?;
+    let mut existing = path.as_path();
+    let mut missing = Vec::new();
+    loop {
+        if let Ok(real) = existing.canonicalize() {
+            return Ok(missing.iter().rev().fold(real, |path, part| path.join(part)));
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                missing.push(name.to_os_string());
+                existing = parent;
+            }
+            _ => return Ok(path),
+        }
+    }
+}

@@ -1971,6 +1971,38 @@ fn promote_counts_only_signed_passing_records_of_this_commit() {
 }
 
 #[test]
+fn a_repo_given_through_the_users_own_symlink_is_followed_by_inspect_and_promote() {
+    let (dir, key, repo, commit) = promote_bench();
+    let records = repo.join("qualifications").join(&commit);
+    let (home, me) = (key.home.path(), key.fingerprint.as_str());
+    write_record(
+        &records,
+        "hw-a-pass",
+        &record(&commit, "hw-a", "PASS", 40),
+        home,
+        me,
+    );
+    // `./repo -> work/repo`, as a user links theirs.
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&repo, &link).unwrap();
+    let out = imgbuild(&["inspect", "--repo", path_str(&link), REF]);
+    assert_exit(&out, 0);
+    assert!(stdout(&out).contains("qualifications: 1"), "{}", text(&out));
+    let out = promote(&link, &key, &["--require", "hw-a", "--min-platforms", "1"]);
+    assert_exit(&out, 0);
+    assert_eq!(resolve(&repo, STABLE).as_deref(), Some(commit.as_str()));
+    assert_eq!(
+        files_under(&repo.join("promotions").join(&commit)).len(),
+        2,
+        "the promotion record and its signature"
+    );
+    assert!(
+        std::fs::symlink_metadata(&link).unwrap().is_symlink(),
+        "the user's link was replaced"
+    );
+}
+
+#[test]
 fn promote_with_one_pass_is_refused_by_default_two_platforms_are_needed() {
     let (_dir, key, repo, commit) = promote_bench();
     let records = repo.join("qualifications").join(&commit);
