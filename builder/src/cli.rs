@@ -737,6 +737,7 @@ fn run_recipe(args: RecipeArgs, ui: Ui, json: bool) -> Result<u8> {
             timeout: Duration::from_secs(args.boot_timeout),
             jitter: (args.boot_jitter > 0).then_some(args.boot_jitter),
             uefi: args.uefi,
+            cpus: 2,
         },
         compiler,
         signing,
@@ -783,6 +784,7 @@ fn run_boot(args: BootArgs, ui: &Ui, json: bool) -> Result<u8> {
         timeout: Duration::from_secs(args.timeout),
         jitter: args.jitter,
         uefi: args.uefi,
+        cpus: 2,
     };
     let sha = crate::io::hashing::sha256_file(&args.iso, None)?;
     let log_dir = tempfile::Builder::new()

@@ -475,9 +475,13 @@ fn stage_iso(
 }
 
 fn stage_boot(ctx: &Context, report: &mut PipelineReport, iso: &IsoOutput) -> Result<BootOutput> {
-    let options = &ctx.boot;
+    let options = &BootOptions {
+        cpus: boot::cpus_for_kargs(&ctx.recipe.kernel.cmdline),
+        ..ctx.boot.clone()
+    };
     let key = Key::new()
         .with("iso", &iso.iso_sha256)
+        .with("cpus", options.cpus.to_string())
         .with_value("accel", &options.accel)
         .with("jitter", options.jitter.map_or("none".into(), |s| s.to_string()))
         .with("uefi", options.uefi.to_string())

@@ -15,6 +15,9 @@ pub const RT_RUN_LINK: &str = "usr/bin/emberrtos-rt-run";
 pub const RT_RUN_NAME: &str = "emberrtos-rt-run";
 /// Where the rootfs stage installs `jitter`, the latency check of trial boots.
 pub const JITTER_INSTALL_PATH: &str = "usr/libexec/emberrtos/jitter";
+/// `jitter` on PATH: a link to [`JITTER_INSTALL_PATH`], for a soak under
+/// the application's own load on the installed machine.
+pub const JITTER_LINK: &str = "usr/bin/jitter";
 /// The ostree remote a configuration medium configures (`imgbuild disk
 /// --remote-url` names it the same).
 pub const REMOTE: &str = "emberrtos";

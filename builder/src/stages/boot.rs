@@ -30,6 +30,22 @@ pub struct BootOptions {
     /// Run jitter for this many seconds.
     pub jitter: Option<u64>,
     pub uefi: bool,
+    /// The guest's vCPUs: see [`cpus_for_kargs`].
+    pub cpus: u32,
+}
+
+/// The vCPUs a boot check needs for these kernel arguments: one more than
+/// the highest CPU `isolcpus`, `nohz_full` or `rcu_nocbs` names, so jitter
+/// measures on the recipe's RT CPUs as on the target machine; at least 2.
+pub fn cpus_for_kargs(kargs: &[String]) -> u32 {
+    let highest = kargs
+        .iter()
+        .filter_map(|karg| karg.split_once('='))
+        .filter(|(name, _)| matches!(*name, "isolcpus" | "nohz_full" | "rcu_nocbs"))
+        .flat_map(|(_, list)| list.split([',', '-', ':', '/']))
+        .filter_map(|word| word.parse::<u32>().ok())
+        .max();
+    highest.map_or(2, |cpu| cpu.saturating_add(1).clamp(2, 64))
 }
 
 /// The jitter report as printed between the markers.
@@ -58,6 +74,10 @@ pub struct ConsoleReport {
     pub banner: bool,
     pub check_done: bool,
     pub jitter: Option<JitterOutcome>,
+    /// jitter's own error line on the console (`jitter: error: …`), when
+    /// it failed: the cause of a missing or truncated report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter_error: Option<String>,
 }
 
 /// Parses the serial console log (pure). Kernel messages may interleave, so
@@ -87,6 +107,10 @@ pub fn parse_console(text: &str) -> ConsoleReport {
         }
         report.config = (!absent).then_some(config);
     }
+    report.jitter_error = text
+        .lines()
+        .find(|line| line.trim_start().starts_with("jitter: error:"))
+        .map(|line| crate::io::clean(line.trim()));
     if let Some(start) = text.find(JITTER_BEGIN) {
         let after = &text[start + JITTER_BEGIN.len()..];
         report.jitter = Some(match after.find(JITTER_END) {
@@ -182,7 +206,7 @@ pub fn qemu_args(
         "-m".into(),
         "1536".into(),
         "-smp".into(),
-        "2".into(),
+        options.cpus.to_string(),
         "-display".into(),
         "none".into(),
         "-monitor".into(),
@@ -380,9 +404,14 @@ pub fn render(output: &BootOutput) -> String {
                 );
             }
         }
-        Some(JitterOutcome::Truncated { reason }) => {
-            let _ = writeln!(out, "jitter: report truncated ({reason})");
-        }
+        Some(JitterOutcome::Truncated { reason }) => match &output.console.jitter_error {
+            Some(error) => {
+                let _ = writeln!(out, "jitter failed on the guest: {error}");
+            }
+            None => {
+                let _ = writeln!(out, "jitter: report truncated ({reason})");
+            }
+        },
         Some(JitterOutcome::Unreadable { reason }) => {
             let _ = writeln!(out, "jitter: report unreadable ({reason})");
         }
@@ -542,12 +571,50 @@ mod tests {
     }
 
     #[test]
+    fn the_guest_gets_the_cpus_the_recipes_rt_arguments_name() {
+        let kargs = |words: &[&str]| words.iter().map(|w| w.to_string()).collect::<Vec<_>>();
+        assert_eq!(cpus_for_kargs(&kargs(&["quiet"])), 2);
+        assert_eq!(cpus_for_kargs(&kargs(&["isolcpus=managed_irq,domain,1"])), 2);
+        assert_eq!(
+            cpus_for_kargs(&kargs(&[
+                "isolcpus=managed_irq,domain,1-3",
+                "nohz_full=1-3",
+                "rcu_nocbs=1-3"
+            ])),
+            4
+        );
+        assert_eq!(cpus_for_kargs(&kargs(&["nohz_full=2,5", "isolcpus=1"])), 6);
+        assert_eq!(cpus_for_kargs(&kargs(&["rcu_nocbs=0-15:2/4"])), 16);
+        assert_eq!(cpus_for_kargs(&kargs(&["isolcpus=4096"])), 64, "capped");
+    }
+
+    #[test]
+    fn jitters_own_error_on_the_console_is_the_reported_cause() {
+        let console = format!(
+            "boot\njitter: error: --rt-cpus: CPUs 2-3 are not online (online: 0-1)\n{JITTER_BEGIN}\n{JITTER_END}\nexit=2\n"
+        );
+        let report = parse_console(&console);
+        assert_eq!(
+            report.jitter_error.as_deref(),
+            Some("jitter: error: --rt-cpus: CPUs 2-3 are not online (online: 0-1)")
+        );
+        assert!(matches!(report.jitter, Some(JitterOutcome::Truncated { .. })));
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(
+            json["jitter-error"],
+            "jitter: error: --rt-cpus: CPUs 2-3 are not online (online: 0-1)"
+        );
+        assert_eq!(parse_console("boot\n").jitter_error, None);
+    }
+
+    #[test]
     fn qemu_command() {
         let options = BootOptions {
             accel: Accel::Tcg,
             timeout: Duration::from_secs(1),
             jitter: Some(5),
             uefi: false,
+            cpus: 4,
         };
         let args = qemu_args(
             Path::new("/x.iso"),
@@ -562,6 +629,7 @@ mod tests {
         assert!(joined.contains("-cdrom /x.iso"));
         assert!(joined.contains("-serial file:/c.log"));
         assert!(joined.contains("-smbios type=11,value=imgbuild:jitter.auto=5"));
+        assert!(joined.contains("-smp 4 "), "{joined}");
         assert!(!joined.contains("pflash"));
         let uefi = BootOptions {
             uefi: true,
@@ -592,6 +660,7 @@ mod tests {
             timeout: Duration::from_secs(1),
             jitter: None,
             uefi: true,
+            cpus: 2,
         };
         let vars = Some(Path::new("/v.fd"));
         let args = qemu_args(

@@ -199,6 +199,15 @@ fn install_device_tool(root: &ImageRoot, binary: &Path, arch: Arch) -> Result<()
     Ok(())
 }
 
+/// Installs `jitter` where trial boots run it, and on PATH.
+fn install_jitter(root: &ImageRoot, binary: &Path, arch: Arch) -> Result<()> {
+    install_stripped(root, binary, Path::new(paths::JITTER_INSTALL_PATH), arch)?;
+    root.symlink(
+        Path::new(paths::JITTER_LINK),
+        &Path::new("/").join(paths::JITTER_INSTALL_PATH),
+    )
+}
+
 /// The kernel arguments and build facts tools on the device read.
 fn write_build_facts(root: &ImageRoot, inputs: &ComposeInputs) -> Result<()> {
     let kargs: String = inputs.kargs.iter().map(|k| format!("{k}\n")).collect();
@@ -259,12 +268,7 @@ pub fn compose(inputs: &ComposeInputs, stage_dir: &Path, ui: &Ui) -> Result<Root
         ));
     }
     install_device_tool(&root, inputs.device_tool, inputs.arch)?;
-    install_stripped(
-        &root,
-        inputs.jitter,
-        Path::new(paths::JITTER_INSTALL_PATH),
-        inputs.arch,
-    )?;
+    install_jitter(&root, inputs.jitter, inputs.arch)?;
     write_build_facts(&root, inputs)?;
     let layout = layout::convert(&root).context("converting to the ostree layout")?;
     secrets::refuse_private_keys(&root)?;
@@ -305,13 +309,7 @@ mod tests {
         let root = ImageRoot::open(dir.path()).unwrap();
         let binary = std::env::current_exe().unwrap();
         install_device_tool(&root, &binary, Arch::host()).unwrap();
-        install_stripped(
-            &root,
-            &binary,
-            Path::new(paths::JITTER_INSTALL_PATH),
-            Arch::host(),
-        )
-        .unwrap();
+        install_jitter(&root, &binary, Arch::host()).unwrap();
         let built = std::fs::metadata(&binary).unwrap().len();
         for path in [paths::INSTALL_PATH, paths::JITTER_INSTALL_PATH] {
             let meta = std::fs::metadata(dir.path().join(path)).unwrap();
@@ -325,5 +323,10 @@ mod tests {
                 "{link}"
             );
         }
+        assert_eq!(
+            std::fs::read_link(dir.path().join(paths::JITTER_LINK)).unwrap(),
+            Path::new("/").join(paths::JITTER_INSTALL_PATH),
+            "jitter is on PATH"
+        );
     }
 }
