@@ -744,8 +744,10 @@ fn run_recipe(args: RecipeArgs, ui: Ui, json: bool) -> Result<u8> {
     };
     let mut report = PipelineReport::default();
     let result = pipeline::run(&ctx, args.until, &mut report);
+    let summary = crate::summary::of(&report);
     if json {
         let mut doc = serde_json::to_value(&report)?;
+        doc["summary"] = serde_json::to_value(&summary)?;
         doc["ok"] = serde_json::Value::Bool(result.is_ok());
         if let Err(e) = &result {
             doc["error"] = serde_json::Value::String(format!("{e:#}"));
@@ -756,6 +758,9 @@ fn run_recipe(args: RecipeArgs, ui: Ui, json: bool) -> Result<u8> {
     result?;
     ctx.ui
         .step("done", format!("pipeline finished after stage `{}`", args.until));
+    if !json {
+        eprint!("{}", crate::summary::render(&summary));
+    }
     Ok(exit::OK)
 }
 

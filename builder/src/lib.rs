@@ -23,6 +23,7 @@ pub mod secure_boot;
 pub mod site;
 pub mod stage;
 pub mod stages;
+pub mod summary;
 pub mod tool;
 pub mod transport;
 pub mod ui;
