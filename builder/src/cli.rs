@@ -429,6 +429,11 @@ pub struct PromoteArgs {
     /// none`): their hardware, kernel and figures are the target's own word.
     #[arg(long)]
     allow_unattested: bool,
+    /// PEM certificates (TPM vendors' roots and intermediates) an attested
+    /// PASS's EK certificate must chain to; without it, an attested PASS
+    /// counts only with --allow-unattested.
+    #[arg(long, value_name = "FILE", value_parser = user_path)]
+    tpm_ca: Option<PathBuf>,
     /// The shortest measurement a PASS counts with, in seconds.
     #[arg(long, default_value_t = 300)]
     min_duration: u64,
@@ -1004,7 +1009,9 @@ fn run_promote(args: PromoteArgs, ui: &Ui, json: bool) -> Result<u8> {
             max_budget_us: args.max_budget,
             allow_tofu: args.allow_tofu,
             allow_unattested: args.allow_unattested,
+            tpm_ca: None,
         },
+        tpm_ca: args.tpm_ca,
         cve: match args.max_severity {
             Some(max_severity) => Some(qualify::promote::CveGate {
                 max_severity,

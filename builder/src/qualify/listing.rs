@@ -45,16 +45,17 @@ pub fn list(repo: &Path, commit: &str) -> Result<Listing> {
 
 fn summarize_qualification(stored: &StoredRecord) -> String {
     match serde_json::from_slice::<Record>(&stored.json) {
+        // The verdict and attestation first; the target's own DMI text last, quoted.
         Ok(r) => clean(&format!(
-            "{} {}: {}, worst case {} us, budget {} us, {} s, host key {}, attestation {}",
+            "{}: {}, attestation {}; worst case {} us, budget {} us, {} s, host key {}; platform {:?}",
             r.hardware.id,
-            r.hardware.platform(),
             r.verdict,
+            r.attestation_summary(),
             r.worst_us,
             r.budget_us,
             r.duration_s,
             r.host_key_established(),
-            r.attestation_summary()
+            r.hardware.platform()
         )),
         Err(error) => clean(&format!("unreadable: {error}")),
     }

@@ -5,7 +5,7 @@
 //! earlier run noted is trusted.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use serde::Serialize;
@@ -34,7 +34,10 @@ pub struct PromoteRequest {
     pub require: Vec<String>,
     /// Distinct platforms that must have a PASS, `--require`d ones included.
     pub min_platforms: usize,
-    pub policy: Policy,
+    /// Its `tpm_ca` is `None`: [`PromoteRequest::tpm_ca`] is lent to it.
+    pub policy: Policy<'static>,
+    /// `--tpm-ca`.
+    pub tpm_ca: Option<PathBuf>,
     /// The known-vulnerability gate, when asked for.
     pub cve: Option<CveGate>,
 }
@@ -89,7 +92,7 @@ pub struct PromoteReport {
 
 /// What a PASS must have been measured against to count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Policy {
+pub struct Policy<'a> {
     /// The shortest measurement that counts, in seconds.
     pub min_duration_s: u64,
     /// The largest budget a PASS may have been judged against, in µs.
@@ -98,6 +101,8 @@ pub struct Policy {
     pub allow_tofu: bool,
     /// Whether a PASS without a TPM's attestation counts.
     pub allow_unattested: bool,
+    /// The TPM CAs an attested PASS's EK certificate must chain to.
+    pub tpm_ca: Option<&'a Path>,
 }
 
 /// Judges one stored record (pure once its signature is checked) against
@@ -192,14 +197,17 @@ fn why_not_pass(record: &Record, policy: Policy) -> Option<String> {
 /// An attested record's evidence is checked again; an unattested one
 /// counts only with `--allow-unattested`.
 fn why_not_attested(record: &Record, policy: Policy) -> Option<String> {
-    if record.attestation.is_none() {
-        return (!policy.allow_unattested).then(|| {
-            "PASS without a TPM attestation (the target's own word): --allow-unattested counts it".into()
-        });
+    let lenient = |why: &str| (!policy.allow_unattested).then(|| why.to_string());
+    match record.check_attestation(policy.tpm_ca) {
+        None => {
+            lenient("PASS without a TPM attestation (the target's own word): --allow-unattested counts it")
+        }
+        Some(Ok(true)) => None,
+        Some(Ok(false)) => lenient(
+            "PASS attested by a TPM whose EK certificate was not checked: --tpm-ca checks it (or --allow-unattested)",
+        ),
+        Some(Err(error)) => Some(clean(&format!("its TPM attestation does not verify: {error}"))),
     }
-    record
-        .attestation_problem()
-        .map(|error| clean(&format!("its TPM attestation does not verify: {error}")))
 }
 
 fn why_not_a_good_verdict(record: &Record, policy: Policy) -> Option<String> {
@@ -392,7 +400,10 @@ fn judge_all(request: &PromoteRequest, commit: &str, signer: &str) -> Result<Vec
             verification.as_ref(),
             signer,
             commit,
-            request.policy,
+            Policy {
+                tpm_ca: request.tpm_ca.as_deref(),
+                ..request.policy
+            },
         ));
     }
     supersede(&mut rows);
@@ -423,6 +434,7 @@ fn write_promotion(request: &PromoteRequest, report: &PromoteReport) -> Result<P
         "min-platforms": request.min_platforms,
         "allow-tofu": request.policy.allow_tofu,
         "allow-unattested": request.policy.allow_unattested,
+        "tpm-ca": request.tpm_ca,
         "records": counted,
         "judged": report.rows,
         "cve": report.cve,
@@ -493,6 +505,7 @@ mod tests {
         max_budget_us: 100,
         allow_tofu: false,
         allow_unattested: true,
+        tpm_ca: None,
     };
 
     fn stored(commit: &str, verdict: &str, worst: u64) -> StoredRecord {

@@ -133,12 +133,11 @@ impl Record {
         }
     }
 
-    /// Checks its attestation again; `None` when it verifies.
-    pub fn attestation_problem(&self) -> Option<String> {
+    /// Checks its attestation again ([`attest::recheck`]): `None` when it
+    /// has none, else whether its EK's certificate chained to `tpm_ca`.
+    pub fn check_attestation(&self, tpm_ca: Option<&std::path::Path>) -> Option<Result<bool, String>> {
         let attestation = self.attestation.as_ref()?;
-        attest::recheck(attestation, &self.claimed())
-            .err()
-            .map(|e| e.to_string())
+        Some(attest::recheck(attestation, &self.claimed(), tpm_ca).map_err(|e| e.to_string()))
     }
 
     fn claimed(&self) -> attest::Claimed<'_> {

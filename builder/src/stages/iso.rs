@@ -257,7 +257,7 @@ pub fn pin_efi_serial(iso: &mut [u8], serial: u32) -> Result<bool> {
 /// The menu built into the ISO's signed GRUB: find the ISO by the volume
 /// UUID xorriso was given, and run its menu, whose entries boot unlocked
 /// while editing and the shell need a superuser that has no password.
-fn secure_iso_grub_cfg(volume_uuid: &str) -> String {
+pub fn secure_iso_grub_cfg(volume_uuid: &str) -> String {
     let grub_uuid = format!(
         "{}-{}-{}-{}-{}-{}-{}",
         &volume_uuid[0..4],

@@ -157,8 +157,10 @@ pub fn replay(events: &[Event], pcrs: &[u32]) -> BTreeMap<u32, [u8; 32]> {
             continue;
         };
         if event.kind == EV_NO_ACTION {
-            if let Some(locality) = event.data.strip_prefix(b"StartupLocality\0") {
-                value[31] = locality.first().copied().unwrap_or(0);
+            // Only before PCR 0's first extend, and exactly the spec's 17 bytes.
+            let locality = event.data.strip_prefix(b"StartupLocality\0");
+            if let (0, Some(&[locality]), true) = (event.pcr, locality, *value == [0; 32]) {
+                value[31] = locality;
             }
             continue;
         }

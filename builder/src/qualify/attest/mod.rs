@@ -19,7 +19,7 @@ pub mod eventlog;
 pub mod record;
 pub mod tpm;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -47,8 +47,9 @@ pub const SCRIPT: &str = "/usr/libexec/emberrtos/attest";
 /// What `attest quote` asks for: the firmware (0-7) and GRUB's (8, 9) PCRs
 /// of the sha256 bank.
 pub const QUOTED_PCRS: [u32; 10] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9];
-/// GRUB measures every file it loads into PCR 9.
+/// GRUB measures every file it loads into PCR 9, every command into PCR 8.
 const GRUB_FILES_PCR: u32 = 9;
+const GRUB_COMMANDS_PCR: u32 = 8;
 /// The endorsement hierarchy's handle, where the EK's qualified name starts.
 const ENDORSEMENT_HIERARCHY: u32 = 0x4000_000b;
 
@@ -85,6 +86,20 @@ pub enum AttestError {
         expected: String,
         measured: String,
     },
+    #[error("GRUB loaded {path} (sha256 {sha256}), which is not a file of the live ISO")]
+    ForeignFile { path: String, sha256: String },
+    #[error("a GRUB event's text in the log is not what was measured")]
+    ForgedEventText,
+    #[error("GRUB measured {0} kernel command lines, not one")]
+    KernelCmdlines(usize),
+    #[error("the kernel booted with a command line that is not one of the live ISO's menu: {0}")]
+    WrongCmdline(String),
+    #[error("the EK is not a TPM's default RSA 2048 endorsement key (the TCG's template)")]
+    NotTheEndorsementTemplate,
+    #[error("the TPM holds no EK certificate, and --tpm-ca asks for one")]
+    NoCertificate,
+    #[error("the record's {0} is not what its evidence gives")]
+    FieldMismatch(&'static str),
     #[error("the EK certificate does not hold the EK's public key")]
     CertificateMismatch,
     #[error("the EK certificate does not chain to --tpm-ca: {0}")]
@@ -135,14 +150,7 @@ pub fn parse_keys(output: &str) -> Result<Keys, AttestError> {
     let ak_name = field(&mut fields, "ak-name")?;
     let ek = tpm::parse_public(&ek_public)?;
     let ak = tpm::parse_public(&ak_public)?;
-    if !matches!(ek.key, PublicKey::Rsa { .. }) {
-        return Err(AttestError::Output("the EK is not an RSA key".into()));
-    }
-    let is_ak =
-        ak.attributes & tpm::ATTESTATION_KEY == tpm::ATTESTATION_KEY && ak.attributes & tpm::DECRYPT == 0;
-    if !is_ak || !matches!(ak.key, PublicKey::EccP256 { .. }) {
-        return Err(AttestError::NotAnAttestationKey(ak.attributes));
-    }
+    check_keys(&ek, &ak)?;
     if ak.name() != ak_name {
         return Err(AttestError::NameMismatch);
     }
@@ -153,6 +161,20 @@ pub fn parse_keys(output: &str) -> Result<Keys, AttestError> {
         ak_public,
         ak,
     })
+}
+
+/// The EK must be the TCG's default template; the AK a restricted P-256
+/// signing key made in the TPM.
+fn check_keys(ek: &tpm::Public, ak: &tpm::Public) -> Result<(), AttestError> {
+    if !tpm::is_default_rsa_ek(&ek.area) {
+        return Err(AttestError::NotTheEndorsementTemplate);
+    }
+    let is_ak =
+        ak.attributes & tpm::ATTESTATION_KEY == tpm::ATTESTATION_KEY && ak.attributes & tpm::DECRYPT == 0;
+    if !is_ak || !matches!(ak.key, PublicKey::EccP256 { .. }) {
+        return Err(AttestError::NotAnAttestationKey(ak.attributes));
+    }
+    Ok(())
 }
 
 /// The hardware id of a TPM: its EK's.
@@ -240,42 +262,101 @@ pub fn parse_evidence(output: &str) -> Result<Evidence, AttestError> {
     })
 }
 
-/// The kernel and initramfs the target must have booted, by sha256.
-#[derive(Clone, Debug)]
+/// What the target must have booted: the ISO's kernel (the ref's) and
+/// initramfs, the only files GRUB may load (the ISO's own, and the menu
+/// built into its signed GRUB), and the kernel command lines its menu gives.
+#[derive(Clone, Debug, Default)]
 pub struct BootFiles {
     pub kernel_sha256: String,
     pub initrd_sha256: String,
-    /// Where the initramfs was read (the live ISO).
+    /// Where they were read (the live ISO).
     pub source: PathBuf,
+    /// The sha256 of every file GRUB may load.
+    pub allowed: BTreeSet<String>,
+    /// `/boot/vmlinuz ARGS` of each menu entry, as GRUB measures it.
+    pub cmdlines: Vec<String>,
 }
 
-/// The live ISO's kernel and initramfs: its kernel must be the commit's.
+/// Reads the live ISO whole: its kernel must be the commit's.
 pub fn live_iso_boot_files(iso: &Path, commit_kernel_sha256: &str) -> Result<BootFiles> {
     let dir = tempfile::tempdir()?;
-    let mut hashes = Vec::new();
-    for name in ["vmlinuz", "initrd.img"] {
-        let out = dir.path().join(name);
-        tool::run(
-            tool::command("xorriso")?
-                .args(["-osirrox", "on", "-indev"])
-                .arg(iso)
-                .args(["-extract", &format!("/boot/{name}")])
-                .arg(&out),
-        )
-        .with_context(|| format!("reading /boot/{name} of --live-iso {}", iso.display()))?;
-        hashes.push(sha256_file(&out, None)?);
-    }
-    let [kernel_sha256, initrd_sha256] = <[String; 2]>::try_from(hashes).expect("two files");
+    tool::run(
+        tool::command("xorriso")?
+            .args(["-osirrox", "on", "-indev"])
+            .arg(iso)
+            .args(["-extract", "/"])
+            .arg(dir.path()),
+    )
+    .with_context(|| format!("reading --live-iso {}", iso.display()))?;
+    let hash = |rel: &str| {
+        sha256_file(&dir.path().join(rel), None)
+            .with_context(|| format!("--live-iso {}: no /{rel}", iso.display()))
+    };
+    let (kernel_sha256, initrd_sha256) = (hash("boot/vmlinuz")?, hash("boot/initrd.img")?);
     anyhow::ensure!(
         kernel_sha256 == commit_kernel_sha256,
         "--live-iso {}: its kernel (sha256 {kernel_sha256}) is not the ref's ({commit_kernel_sha256})",
         iso.display()
     );
+    let mut allowed = BTreeSet::new();
+    for entry in walkdir::WalkDir::new(dir.path()).follow_links(false) {
+        let entry = entry?;
+        if entry.file_type().is_file() {
+            allowed.insert(sha256_file(entry.path(), None)?);
+        }
+    }
+    allowed.extend(
+        signed_grub_menus(iso)?
+            .iter()
+            .map(|menu| hex::encode(Sha256::digest(menu))),
+    );
+    let grub_cfg = std::fs::read_to_string(dir.path().join("boot/grub/grub.cfg")).unwrap_or_default();
     Ok(BootFiles {
         kernel_sha256,
         initrd_sha256,
         source: std::path::absolute(iso)?,
+        allowed,
+        cmdlines: menu_cmdlines(&grub_cfg),
     })
+}
+
+/// The menu built into a Secure Boot ISO's signed GRUB names the ISO by
+/// its volume date (creation or modification, in the primary volume
+/// descriptor): the menu for each.
+fn signed_grub_menus(iso: &Path) -> Result<Vec<String>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut pvd = [0u8; 2048];
+    let mut file = std::fs::File::open(iso)?;
+    file.seek(SeekFrom::Start(16 * 2048))?;
+    file.read_exact(&mut pvd)?;
+    Ok([813, 830]
+        .iter()
+        .filter_map(|&at| std::str::from_utf8(&pvd[at..at + 16]).ok())
+        .filter(|date| date.bytes().all(|b| b.is_ascii_digit()))
+        .map(crate::stages::iso::secure_iso_grub_cfg)
+        .collect())
+}
+
+/// `/boot/vmlinuz ARGS` of each `linux`/`linuxefi` line of the ISO's menu,
+/// as GRUB measures it: quotes removed, the harness's `$imgbuild_extra`
+/// empty (pure).
+pub fn menu_cmdlines(grub_cfg: &str) -> Vec<String> {
+    grub_cfg
+        .lines()
+        .map(str::trim)
+        .filter_map(|line| {
+            line.strip_prefix("linuxefi ")
+                .or_else(|| line.strip_prefix("linux "))
+        })
+        .map(|args| {
+            let words: Vec<String> = args
+                .split_whitespace()
+                .filter(|word| *word != "$imgbuild_extra")
+                .map(|word| word.replace('\'', ""))
+                .collect();
+            words.join(" ")
+        })
+        .collect()
 }
 
 /// A target's keys and the challenge made for them, before the measurement.
@@ -368,8 +449,7 @@ pub fn verify(
         &qualifying,
         &evidence.event_log,
     )?;
-    let kernel = measured(&boot_log, "kernel", &boot.kernel_sha256)?;
-    let initrd = measured(&boot_log, "initramfs", &boot.initrd_sha256)?;
+    let (kernel, initrd, kernel_cmdline) = check_boot(&boot_log, boot)?;
     Ok(Attestation {
         method: record::METHOD.into(),
         result: record::ATTESTED.into(),
@@ -391,7 +471,7 @@ pub fn verify(
         kernel,
         initrd,
         initrd_source: boot.source.display().to_string(),
-        kernel_cmdline: boot_log.kernel_cmdline(),
+        kernel_cmdline: Some(kernel_cmdline),
     })
 }
 
@@ -403,17 +483,21 @@ pub struct Claimed<'a> {
     pub report: &'a serde_json::Value,
 }
 
-/// Checks a record's attestation again, from the record alone: its keys,
-/// the quote's signature over `sha256(nonce ‖ sha256(its report))`, the
-/// log's replay, the measured kernel against the record's kernel, and its
-/// hardware id against the EK. Not the credential's activation, which only
-/// the run could see (the record says how the AK was bound).
-pub fn recheck(attestation: &Attestation, claimed: &Claimed) -> Result<(), AttestError> {
-    let decode = |what: &str, text: &str| {
-        BASE64
-            .decode(text)
-            .map_err(|_| AttestError::Output(format!("the record's {what} is not base64")))
-    };
+/// Checks a record's attestation again, from the record alone: its keys
+/// (the EK template, the AK's attributes), every field derived from the
+/// evidence, the quote's signature over `sha256(nonce ‖ sha256(its
+/// report))`, the log's replay and its texts, the measured kernel against
+/// the record's kernel, the initramfs and command line it states, and its
+/// hardware id against the EK. With `tpm_ca`, the EK certificate must chain
+/// to it: `Ok(true)`; without, `Ok(false)` (the EK is not endorsed here).
+/// Not the credential's activation, which only the run could see.
+pub fn recheck(
+    attestation: &Attestation,
+    claimed: &Claimed,
+    tpm_ca: Option<&Path>,
+) -> Result<bool, AttestError> {
+    let decode =
+        |what: &'static str, text: &str| BASE64.decode(text).map_err(|_| AttestError::FieldMismatch(what));
     let ek_public = decode("ek.public", &attestation.ek.public)?;
     let ak_public = decode("ak.public", &attestation.ak.public)?;
     let keys = Keys {
@@ -421,37 +505,80 @@ pub fn recheck(attestation: &Attestation, claimed: &Claimed) -> Result<(), Attes
         ak: tpm::parse_public(&ak_public)?,
         ek_public,
         ak_public,
-        ek_certificate: None,
+        ek_certificate: attestation
+            .ek
+            .certificate
+            .as_deref()
+            .map(|c| decode("ek.certificate", c))
+            .transpose()?,
     };
-    if hardware_id(&keys) != claimed.hardware_id {
-        return Err(AttestError::Output("the hardware id is not the EK's".into()));
-    }
+    check_keys(&keys.ek, &keys.ak)?;
+    let nonce = hex::decode(&attestation.nonce).map_err(|_| AttestError::FieldMismatch("nonce"))?;
     let report = report_sha256(claimed.report);
-    let nonce =
-        hex::decode(&attestation.nonce).map_err(|_| AttestError::Output("the nonce is not hex".into()))?;
+    let qualifying = qualifying_data(&nonce, &report);
+    let event_log = decode("event-log", &attestation.event_log)?;
+    for (field, stated, derived) in [
+        ("method", attestation.method.clone(), record::METHOD.to_string()),
+        ("result", attestation.result.clone(), record::ATTESTED.to_string()),
+        ("hardware id", claimed.hardware_id.to_string(), hardware_id(&keys)),
+        (
+            "ek.public-sha256",
+            attestation.ek.public_sha256.clone(),
+            hex::encode(Sha256::digest(&keys.ek.area)),
+        ),
+        (
+            "ak.name",
+            attestation.ak.name.clone(),
+            hex::encode(keys.ak.name()),
+        ),
+        (
+            "report-sha256",
+            attestation.report_sha256.clone(),
+            hex::encode(report),
+        ),
+        (
+            "qualifying-data",
+            attestation.qualifying_data.clone(),
+            hex::encode(qualifying),
+        ),
+        (
+            "event-log-sha256",
+            attestation.event_log_sha256.clone(),
+            hex::encode(Sha256::digest(&event_log)),
+        ),
+    ] {
+        if stated != derived {
+            return Err(AttestError::FieldMismatch(field));
+        }
+    }
+    let quote = decode("quote", &attestation.quote)?;
     let log = check_quote(
         &keys,
-        &decode("quote", &attestation.quote)?,
+        &quote,
         &decode("signature", &attestation.signature)?,
-        &qualifying_data(&nonce, &report),
-        &decode("event log", &attestation.event_log)?,
+        &qualifying,
+        &event_log,
     )?;
     measured(&log, "kernel", claimed.kernel_sha256)?;
     measured(&log, "initramfs", &attestation.initrd.sha256)?;
-    Ok(())
+    if Some(log.kernel_cmdline()?) != attestation.kernel_cmdline {
+        return Err(AttestError::FieldMismatch("kernel-cmdline"));
+    }
+    match (tpm_ca, &keys.ek_certificate) {
+        (None, _) => Ok(false),
+        (Some(_), None) => Err(AttestError::NoCertificate),
+        (Some(ca), Some(der)) => check_certificate(&keys, der, Some(ca)).map(|_| true),
+    }
 }
 
-/// What an attestation establishes, in a line, checked again:
-/// `TPM 2.0 quote, verified: …` or why it does not verify.
+/// What an attestation establishes, in a line, checked again without a
+/// TPM CA: what verified, and that the EK's endorsement was not checked.
 pub fn describe(attestation: &Attestation, claimed: &Claimed) -> String {
-    match recheck(attestation, claimed) {
-        Ok(()) => crate::io::clean(&format!(
-            "TPM 2.0 quote, verified: EK {} (certificate {}), kernel {} {}, initramfs {} {}",
-            attestation.ek.public_sha256.get(..16).unwrap_or_default(),
-            attestation.ek.certificate_status,
-            attestation.kernel.path,
-            attestation.kernel.sha256.get(..16).unwrap_or_default(),
-            attestation.initrd.path,
+    match recheck(attestation, claimed, None) {
+        Ok(_) => crate::io::clean(&format!(
+            "TPM 2.0 quote verifies (EK {}; its certificate not checked here, give promote --tpm-ca): kernel {}, initramfs {}",
+            claimed.hardware_id,
+            claimed.kernel_sha256.get(..16).unwrap_or_default(),
             attestation.initrd.sha256.get(..16).unwrap_or_default(),
         )),
         Err(error) => crate::io::clean(&format!("claimed, but does NOT verify: {error}")),
@@ -472,12 +599,32 @@ impl BootLog {
             .collect()
     }
 
-    /// The command line GRUB measured into PCR 8 for the kernel.
-    fn kernel_cmdline(&self) -> Option<String> {
-        self.events
+    /// The one command line GRUB measured into PCR 8 for the kernel. Each
+    /// PCR 8 event's text must be what was measured: GRUB extends the
+    /// sha256 of the text after its prefix.
+    fn kernel_cmdline(&self) -> Result<String, AttestError> {
+        let mut cmdlines = Vec::new();
+        for event in self
+            .events
             .iter()
-            .filter(|e| e.pcr == 8 && e.kind == EV_IPL)
-            .find_map(|e| e.text().strip_prefix("kernel_cmdline: ").map(crate::io::clean))
+            .filter(|e| e.pcr == GRUB_COMMANDS_PCR && e.kind == EV_IPL)
+        {
+            let text = event.text();
+            let (prefix, body) = ["grub_cmd: ", "kernel_cmdline: ", "module_cmdline: "]
+                .iter()
+                .find_map(|prefix| text.strip_prefix(prefix).map(|body| (*prefix, body)))
+                .ok_or(AttestError::ForgedEventText)?;
+            if Sha256::digest(body.as_bytes()).as_slice() != event.sha256 {
+                return Err(AttestError::ForgedEventText);
+            }
+            if prefix == "kernel_cmdline: " {
+                cmdlines.push(body.to_string());
+            }
+        }
+        match <[String; 1]>::try_from(cmdlines) {
+            Ok([cmdline]) => Ok(cmdline),
+            Err(all) => Err(AttestError::KernelCmdlines(all.len())),
+        }
     }
 
     /// PCR 9's files: `path sha256` each.
@@ -556,6 +703,26 @@ fn verify_signature(
     }
 }
 
+/// What GRUB did, as the log says and the quote vouches: every file it
+/// loaded is the ISO's, among them the ref's kernel and the ISO's
+/// initramfs; every command's text is what was measured; and the kernel's
+/// one command line is one of the ISO's menu entries.
+fn check_boot(log: &BootLog, boot: &BootFiles) -> Result<(BootFile, BootFile, String), AttestError> {
+    if let Some((event, sha256)) = log.files().find(|(_, digest)| !boot.allowed.contains(digest)) {
+        return Err(AttestError::ForeignFile {
+            path: crate::io::clean(&event.text()),
+            sha256,
+        });
+    }
+    let kernel = measured(log, "kernel", &boot.kernel_sha256)?;
+    let initrd = measured(log, "initramfs", &boot.initrd_sha256)?;
+    let cmdline = log.kernel_cmdline()?;
+    if !boot.cmdlines.contains(&cmdline) {
+        return Err(AttestError::WrongCmdline(crate::io::clean(&cmdline)));
+    }
+    Ok((kernel, initrd, cmdline))
+}
+
 /// The PCR 9 event with `sha256`, as the record states it.
 fn measured(log: &BootLog, what: &'static str, sha256: &str) -> Result<BootFile, AttestError> {
     log.files()
@@ -578,9 +745,10 @@ fn measured(log: &BootLog, what: &'static str, sha256: &str) -> Result<BootFile,
 
 /// The EK, its certificate, and whether the certificate chains to `ca`.
 fn endorsement(keys: &Keys, ca: Option<&Path>) -> Result<Endorsement, AttestError> {
-    let certificate_status = match &keys.ek_certificate {
-        None => "none: the TPM holds no EK certificate".to_string(),
-        Some(der) => check_certificate(keys, der, ca)?,
+    let certificate_status = match (&keys.ek_certificate, ca) {
+        (None, Some(_)) => return Err(AttestError::NoCertificate),
+        (None, None) => "none: the TPM holds no EK certificate".to_string(),
+        (Some(der), _) => check_certificate(keys, der, ca)?,
     };
     Ok(Endorsement {
         public: BASE64.encode(&keys.ek_public),
@@ -594,14 +762,15 @@ fn check_certificate(keys: &Keys, der: &[u8], ca: Option<&Path>) -> Result<Strin
     let untrusted =
         |e: &dyn std::fmt::Display| AttestError::UntrustedCertificate(crate::io::clean(&e.to_string()));
     let certificate = X509::from_der(der).map_err(|e| untrusted(&e))?;
-    let PublicKey::Rsa { modulus, .. } = &keys.ek.key else {
+    let PublicKey::Rsa { modulus, exponent } = &keys.ek.key else {
         return Err(AttestError::CertificateMismatch);
     };
     let key = certificate
         .public_key()
         .and_then(|k| k.rsa())
         .map_err(|e| untrusted(&e))?;
-    if key.n().to_vec() != *modulus {
+    let exponent = BigNum::from_u32(*exponent).map_err(|e| untrusted(&e))?;
+    if key.n().to_vec() != *modulus || key.e().to_vec() != exponent.to_vec() {
         return Err(AttestError::CertificateMismatch);
     }
     let Some(ca) = ca else {
@@ -737,17 +906,18 @@ mod swtpm_tests {
                 .unwrap()
         }
 
-        /// Extends PCR 9 as GRUB does for each file, and writes the log of it.
-        fn boot(&self, files: &[(&str, &[u8])]) -> Vec<u8> {
-            let mut events = Vec::new();
-            for (path, bytes) in files {
+        /// Extends PCRs as GRUB does, and writes the log of it: each event
+        /// `(pcr, its text in the log, the bytes measured)`.
+        fn boot(&self, events: &[(u32, &str, &[u8])]) -> Vec<u8> {
+            let mut logged = Vec::new();
+            for (pcr, text, bytes) in events {
                 let digest: [u8; 32] = Sha256::digest(bytes).into();
                 run(Command::new("tpm2_pcrextend")
-                    .arg(format!("9:sha256={}", hex::encode(digest)))
+                    .arg(format!("{pcr}:sha256={}", hex::encode(digest)))
                     .env("TPM2TOOLS_TCTI", &self.tcti));
-                events.push((9, EV_IPL, digest, path.as_bytes()));
+                logged.push((*pcr, EV_IPL, digest, text.as_bytes()));
             }
-            let log = log_of(&events);
+            let log = log_of(&logged);
             std::fs::write(self.dir.path().join("log"), &log).unwrap();
             log
         }
@@ -765,34 +935,76 @@ mod swtpm_tests {
         }
     }
 
+    const KERNEL: &[u8] = b"the ref's kernel";
+    const INITRD: &[u8] = b"the live initramfs";
+    const CMDLINE: &str = "/boot/vmlinuz nohz_full=1 console=ttyS0,115200";
+
+    /// GRUB's events of the live ISO's boot: the kernel, its command line, the initramfs.
+    fn grub_boot<'a>(
+        cmdline_logged: &'a str,
+        extra: &'a [(u32, &'a str, &'a [u8])],
+    ) -> Vec<(u32, &'a str, &'a [u8])> {
+        let mut events = vec![
+            (9, "/boot/vmlinuz\0", KERNEL),
+            (8, cmdline_logged, CMDLINE.as_bytes()),
+            (9, "/boot/initrd.img\0", INITRD),
+        ];
+        events.extend_from_slice(extra);
+        events
+    }
+
     fn boot_files() -> BootFiles {
         BootFiles {
-            kernel_sha256: hex::encode(Sha256::digest(b"the ref's kernel")),
-            initrd_sha256: hex::encode(Sha256::digest(b"the live initramfs")),
+            kernel_sha256: hex::encode(Sha256::digest(KERNEL)),
+            initrd_sha256: hex::encode(Sha256::digest(INITRD)),
             source: "live.iso".into(),
+            allowed: [KERNEL, INITRD]
+                .iter()
+                .map(|f| hex::encode(Sha256::digest(f)))
+                .collect(),
+            cmdlines: vec![CMDLINE.into()],
         }
     }
 
-    #[test]
-    fn a_real_tpm_attests_and_every_forgery_is_refused() {
-        let a = tpm();
-        a.boot(&[
-            ("/boot/vmlinuz\0", b"the ref's kernel"),
-            ("/boot/initrd.img\0", b"the live initramfs"),
-        ]);
-        let keys = a.keys();
-        let ca = PathBuf::from("/var/lib/swtpm-localca");
-        let bundle = a.dir.path().join("ca.pem");
+    /// swtpm's local CA, as `--tpm-ca`.
+    fn ca_bundle(dir: &Path) -> PathBuf {
+        let ca = Path::new("/var/lib/swtpm-localca");
         let pems: Vec<u8> = ["issuercert.pem", "swtpm-localca-rootca-cert.pem"]
             .iter()
             .flat_map(|name| std::fs::read(ca.join(name)).unwrap())
             .collect();
+        let bundle = dir.join("ca.pem");
         std::fs::write(&bundle, pems).unwrap();
+        bundle
+    }
+
+    /// A TPM booted through `events`, its keys, and its quote over `report`.
+    fn quoted(events: &[(u32, &str, &[u8])], report: &[u8]) -> (Tpm, Keys, Challenge, Evidence) {
+        let tpm = tpm();
+        tpm.boot(events);
+        let keys = tpm.keys();
         let challenge = challenge(&keys).unwrap();
-        let report = [7u8; 32];
-        let out = a.quote(&challenge, &qualifying_data(&challenge.nonce, &report));
+        let out = tpm.quote(&challenge, &qualifying_data(&challenge.nonce, report));
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let evidence = parse_evidence(&String::from_utf8_lossy(&out.stdout)).unwrap();
+        (tpm, keys, challenge, evidence)
+    }
+
+    #[test]
+    fn a_real_tpm_attests_and_every_forgery_is_refused() {
+        let report = [7u8; 32];
+        let (a, keys, challenge, evidence) = quoted(
+            &grub_boot(
+                "kernel_cmdline: /boot/vmlinuz nohz_full=1 console=ttyS0,115200\0",
+                &[],
+            ),
+            &report,
+        );
+        let bundle = ca_bundle(a.dir.path());
+        let verify_with =
+            |keys: &Keys, challenge: &Challenge, evidence: &Evidence, report: &[u8], boot: &BootFiles| {
+                verify(keys, challenge, evidence, report, boot, None)
+            };
         let attested = verify(
             &keys,
             &challenge,
@@ -804,38 +1016,47 @@ mod swtpm_tests {
         .unwrap();
         assert_eq!(attested.kernel.path, "/boot/vmlinuz");
         assert_eq!(attested.initrd.sha256, boot_files().initrd_sha256);
+        assert_eq!(attested.kernel_cmdline.as_deref(), Some(CMDLINE));
         assert!(
             attested.ek.certificate_status.starts_with("verified"),
             "{attested:?}"
         );
-        let unchecked = verify(&keys, &challenge, &evidence, &report, &boot_files(), None).unwrap();
+        let unchecked = verify_with(&keys, &challenge, &evidence, &report, &boot_files()).unwrap();
         assert!(unchecked.ek.certificate_status.contains("not checked"));
 
-        // A report changed after the quote.
-        let changed = verify(&keys, &challenge, &evidence, &[8; 32], &boot_files(), None);
+        // A report changed after the quote; the quote replayed to a later run.
+        let changed = verify_with(&keys, &challenge, &evidence, &[8; 32], &boot_files());
         assert!(
             matches!(changed, Err(AttestError::NotThisRun { .. })),
             "{changed:?}"
         );
-        // The quote replayed to a later run with a fresh nonce.
         let later = Challenge {
             nonce: [9; 32],
             ..challenge.clone_for_test()
         };
-        let replayed = verify(&keys, &later, &evidence, &report, &boot_files(), None);
+        let replayed = verify_with(&keys, &later, &evidence, &report, &boot_files());
         assert!(
             matches!(replayed, Err(AttestError::NotThisRun { .. })),
             "{replayed:?}"
         );
-        // Another kernel or initramfs than the ref's.
+        // Another initramfs than the ISO's; another menu than the ISO's.
         let other = BootFiles {
             initrd_sha256: hex::encode(Sha256::digest(b"a modified initramfs")),
             ..boot_files()
         };
-        let modified = verify(&keys, &challenge, &evidence, &report, &other, None);
+        let modified = verify_with(&keys, &challenge, &evidence, &report, &other);
         assert!(
             matches!(&modified, Err(AttestError::NotTheRef { what: "initramfs", measured, .. }) if measured.contains("/boot/initrd.img")),
             "{modified:?}"
+        );
+        let menu = BootFiles {
+            cmdlines: vec!["/boot/vmlinuz quiet".into()],
+            ..boot_files()
+        };
+        let cmdline = verify_with(&keys, &challenge, &evidence, &report, &menu);
+        assert!(
+            matches!(cmdline, Err(AttestError::WrongCmdline(_))),
+            "{cmdline:?}"
         );
         // A log that is not this boot's.
         let mut cut = evidence.event_log.clone();
@@ -844,26 +1065,115 @@ mod swtpm_tests {
             event_log: cut,
             ..evidence.clone_for_test()
         };
-        let replay = verify(&keys, &challenge, &short_log, &report, &boot_files(), None);
+        let replay = verify_with(&keys, &challenge, &short_log, &report, &boot_files());
         assert!(matches!(replay, Err(AttestError::LogDoesNotReplay)), "{replay:?}");
+        // --tpm-ca asks for an EK certificate the TPM does not hold.
+        let no_certificate = Keys {
+            ek_certificate: None,
+            ..keys.clone()
+        };
+        let bare = verify(
+            &no_certificate,
+            &challenge,
+            &evidence,
+            &report,
+            &boot_files(),
+            Some(&bundle),
+        );
+        assert!(matches!(bare, Err(AttestError::NoCertificate)), "{bare:?}");
+        // An EK with the certificate's modulus but another exponent.
+        let mut weak = keys.ek.area.clone();
+        weak[48] = 3;
+        assert!(!tpm::is_default_rsa_ek(&weak));
+        assert!(tpm::is_default_rsa_ek(&keys.ek.area));
+
+        // The record's attestation checks again from the record alone.
+        let claimed_report = serde_json::json!({"schema": "jitter-report/2", "x": 0.1});
+        let claimed_sha = report_sha256(&claimed_report);
+        let (_b, b_keys, b_challenge, b_evidence) = quoted(
+            &grub_boot(
+                "kernel_cmdline: /boot/vmlinuz nohz_full=1 console=ttyS0,115200\0",
+                &[],
+            ),
+            &claimed_sha,
+        );
+        let stored = verify(
+            &b_keys,
+            &b_challenge,
+            &b_evidence,
+            &claimed_sha,
+            &boot_files(),
+            None,
+        )
+        .unwrap();
+        let kernel = hex::encode(Sha256::digest(KERNEL));
+        let id = hardware_id(&b_keys);
+        let claimed = Claimed {
+            hardware_id: &id,
+            kernel_sha256: &kernel,
+            report: &claimed_report,
+        };
+        assert!(
+            !recheck(&stored, &claimed, None).unwrap(),
+            "the EK is not endorsed without a CA"
+        );
+        assert!(recheck(&stored, &claimed, Some(&bundle)).unwrap());
+        let other_report = serde_json::json!({"schema": "jitter-report/2", "x": 0.2});
+        let swapped_report = Claimed {
+            report: &other_report,
+            ..claimed
+        };
+        assert!(matches!(
+            recheck(&stored, &swapped_report, None),
+            Err(AttestError::FieldMismatch("report-sha256"))
+        ));
+        let renamed = Claimed {
+            hardware_id: "hw-0000000000000000",
+            ..claimed
+        };
+        assert!(matches!(
+            recheck(&stored, &renamed, None),
+            Err(AttestError::FieldMismatch("hardware id"))
+        ));
 
         // Another TPM: another hardware id; its AK cannot stand in for a's,
         // and a credential sealed to its keys does not open in a.
-        let b = tpm();
-        b.boot(&[("/boot/vmlinuz\0", b"the ref's kernel")]);
-        let b_keys = b.keys();
         assert_ne!(hardware_id(&keys), hardware_id(&b_keys));
         let swapped = Keys {
             ak: b_keys.ak.clone(),
             ak_public: b_keys.ak_public.clone(),
             ..keys.clone()
         };
-        let foreign = verify(&swapped, &challenge, &evidence, &report, &boot_files(), None);
+        let foreign = verify_with(&swapped, &challenge, &evidence, &report, &boot_files());
         assert!(matches!(foreign, Err(AttestError::WrongSigner)), "{foreign:?}");
         let for_b = super::challenge(&b_keys).unwrap();
         let out = a.quote(&for_b, &[1; 32]);
         assert!(!out.status.success());
         assert!(String::from_utf8_lossy(&out.stderr).contains("tpm2_activatecredential failed"));
+    }
+
+    #[test]
+    fn a_boot_beyond_the_live_isos_files_and_texts_is_refused() {
+        let report = [7u8; 32];
+        // An extra initramfs (a cpio that overlays /init), loaded after the ISO's.
+        let cpio: &[(u32, &str, &[u8])] = &[(9, "/boot/x.cpio\0", b"overlay")];
+        let (_t, keys, challenge, evidence) = quoted(
+            &grub_boot(
+                "kernel_cmdline: /boot/vmlinuz nohz_full=1 console=ttyS0,115200\0",
+                cpio,
+            ),
+            &report,
+        );
+        let extra = verify(&keys, &challenge, &evidence, &report, &boot_files(), None);
+        assert!(
+            matches!(&extra, Err(AttestError::ForeignFile { path, .. }) if path == "/boot/x.cpio"),
+            "{extra:?}"
+        );
+        // A log whose command line text is not what was measured.
+        let (_t, keys, challenge, evidence) =
+            quoted(&grub_boot("kernel_cmdline: /boot/vmlinuz quiet\0", &[]), &report);
+        let forged = verify(&keys, &challenge, &evidence, &report, &boot_files(), None);
+        assert!(matches!(forged, Err(AttestError::ForgedEventText)), "{forged:?}");
     }
 
     impl Challenge {

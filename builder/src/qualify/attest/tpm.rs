@@ -126,6 +126,33 @@ impl Public {
     }
 }
 
+/// The authPolicy of the TCG's default EK: PolicySecret(TPM_RH_ENDORSEMENT).
+const EK_POLICY: [u8; 32] = [
+    0x83, 0x71, 0x97, 0x67, 0x44, 0x84, 0xb3, 0xf8, 0x1a, 0x90, 0xcc, 0x8d, 0x46, 0xa5, 0xd7, 0x24, 0xfd,
+    0x52, 0xd7, 0x6e, 0x06, 0x52, 0x0b, 0x64, 0xf2, 0xa1, 0xda, 0x1b, 0x33, 0x14, 0x69, 0xaa,
+];
+
+/// Whether `area` (a `TPMT_PUBLIC`) is the TCG's default RSA 2048 EK
+/// (EK Credential Profile, template L-1): fixedTPM, fixedParent,
+/// sensitiveDataOrigin, adminWithPolicy, restricted and decrypt; the
+/// endorsement policy; AES-128-CFB; no scheme; 2048 bits; the default
+/// exponent; a 256-byte modulus. Nothing else may vary, so a key with a
+/// weak exponent or other bytes cannot pass for an EK whose certificate it
+/// borrows.
+pub fn is_default_rsa_ek(area: &[u8]) -> bool {
+    let mut template = Vec::with_capacity(60);
+    template.extend_from_slice(&ALG_RSA.to_be_bytes());
+    template.extend_from_slice(&ALG_SHA256.to_be_bytes());
+    template.extend_from_slice(&0x0003_00b2u32.to_be_bytes());
+    template.extend_from_slice(&32u16.to_be_bytes());
+    template.extend_from_slice(&EK_POLICY);
+    // AES, 128 bits, CFB; no scheme; 2048 bits; exponent 0 (65537); 256 bytes.
+    template.extend_from_slice(&[
+        0x00, 0x06, 0x00, 0x80, 0x00, 0x43, 0x00, 0x10, 0x08, 0x00, 0, 0, 0, 0, 0x01, 0x00,
+    ]);
+    area.len() == template.len() + 256 && area.starts_with(&template)
+}
+
 /// A `TPM2B_PUBLIC` of an RSA or P-256 key with the name algorithm sha256.
 pub fn parse_public(bytes: &[u8]) -> Result<Public, TpmError> {
     let mut outer = Reader::new("public area", bytes);
