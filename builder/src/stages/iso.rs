@@ -257,7 +257,7 @@ pub fn pin_efi_serial(iso: &mut [u8], serial: u32) -> Result<bool> {
 /// The menu built into the ISO's signed GRUB: find the ISO by the volume
 /// UUID xorriso was given, and run its menu, whose entries boot unlocked
 /// while editing and the shell need a superuser that has no password.
-pub fn secure_iso_grub_cfg(volume_uuid: &str) -> String {
+fn secure_iso_grub_cfg(volume_uuid: &str) -> String {
     let grub_uuid = format!(
         "{}-{}-{}-{}-{}-{}-{}",
         &volume_uuid[0..4],
@@ -277,6 +277,25 @@ set prefix=($root)/boot/grub
 configfile ($root)/boot/grub/grub.cfg
 "
     )
+}
+
+/// The menus a Secure Boot ISO's signed GRUB may hold, as attestation
+/// checks what GRUB read: [`secure_iso_grub_cfg`] names the ISO by its
+/// volume date, read here from its primary volume descriptor (creation and
+/// modification dates, one menu each).
+pub fn signed_grub_menus(iso: &Path) -> Result<Vec<String>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut pvd = [0u8; 2048];
+    let mut file = std::fs::File::open(iso).with_context(|| format!("opening {}", iso.display()))?;
+    file.seek(SeekFrom::Start(16 * 2048))?;
+    file.read_exact(&mut pvd)
+        .with_context(|| format!("{}: no primary volume descriptor", iso.display()))?;
+    Ok([813, 830]
+        .iter()
+        .filter_map(|&at| std::str::from_utf8(&pvd[at..at + 16]).ok())
+        .filter(|date| date.bytes().all(|b| b.is_ascii_digit()))
+        .map(secure_iso_grub_cfg)
+        .collect())
 }
 
 /// Makes the ISO's EFI boot image Secure Boot's: Debian's shim signed with
@@ -716,6 +735,39 @@ mod tests {
         );
         assert!(!bare.contains("serial"), "GRUB has no com0 on arm64: {bare}");
         assert!(!bare.contains("linuxefi"), "{bare}");
+    }
+
+    #[test]
+    fn an_isos_signed_menu_is_derived_from_its_volume_date() {
+        if tool::require("xorriso").is_err() {
+            eprintln!("skipped: xorriso is not installed");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("tree")).unwrap();
+        std::fs::write(dir.path().join("tree/a"), b"a").unwrap();
+        let iso = dir.path().join("x.iso");
+        let status = std::process::Command::new("xorriso")
+            .args(["-as", "mkisofs", "-quiet", "-o"])
+            .arg(&iso)
+            .arg(format!("--modification-date={}", uuid_from_epoch(1_764_460_800)))
+            .arg(dir.path().join("tree"))
+            .output()
+            .unwrap();
+        assert!(
+            status.status.success(),
+            "{}",
+            String::from_utf8_lossy(&status.stderr)
+        );
+        let menus = signed_grub_menus(&iso).unwrap();
+        assert!(!menus.is_empty());
+        assert!(
+            menus
+                .iter()
+                .all(|m| *m == secure_iso_grub_cfg(&uuid_from_epoch(1_764_460_800))),
+            "{menus:?}"
+        );
+        assert!(signed_grub_menus(&dir.path().join("tree")).is_err());
     }
 
     #[test]

@@ -1970,8 +1970,8 @@ fn promote_counts_only_signed_passing_records_of_this_commit() {
     eprintln!("promote test: {:.1} s", started.elapsed().as_secs_f64());
 }
 
-#[test]
-fn a_repo_given_through_the_users_own_symlink_is_followed_by_inspect_and_promote() {
+/// [`promote_bench`] with one signed PASS of `hw-a` (hw-a-pass.json).
+fn bench_with_one_pass() -> (tempfile::TempDir, GpgKey, PathBuf, String) {
     let (dir, key, repo, commit) = promote_bench();
     let records = repo.join("qualifications").join(&commit);
     let (home, me) = (key.home.path(), key.fingerprint.as_str());
@@ -1982,6 +1982,12 @@ fn a_repo_given_through_the_users_own_symlink_is_followed_by_inspect_and_promote
         home,
         me,
     );
+    (dir, key, repo, commit)
+}
+
+#[test]
+fn a_repo_given_through_the_users_own_symlink_is_followed_by_inspect_and_promote() {
+    let (dir, key, repo, commit) = bench_with_one_pass();
     // `./repo -> work/repo`, as a user links theirs.
     let link = dir.path().join("link");
     std::os::unix::fs::symlink(&repo, &link).unwrap();
@@ -2004,16 +2010,9 @@ fn a_repo_given_through_the_users_own_symlink_is_followed_by_inspect_and_promote
 
 #[test]
 fn promote_with_one_pass_is_refused_by_default_two_platforms_are_needed() {
-    let (_dir, key, repo, commit) = promote_bench();
+    let (_dir, key, repo, commit) = bench_with_one_pass();
     let records = repo.join("qualifications").join(&commit);
     let (home, me) = (key.home.path(), key.fingerprint.as_str());
-    write_record(
-        &records,
-        "hw-a-pass",
-        &record(&commit, "hw-a", "PASS", 40),
-        home,
-        me,
-    );
     let out = promote(&repo, &key, &[]);
     assert_exit(&out, 3);
     assert!(stderr(&out).contains("1 platform(s) passed"), "{}", text(&out));

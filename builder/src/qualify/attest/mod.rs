@@ -306,7 +306,7 @@ pub fn live_iso_boot_files(iso: &Path, commit_kernel_sha256: &str) -> Result<Boo
         }
     }
     allowed.extend(
-        signed_grub_menus(iso)?
+        crate::stages::iso::signed_grub_menus(iso)?
             .iter()
             .map(|menu| hex::encode(Sha256::digest(menu))),
     );
@@ -318,23 +318,6 @@ pub fn live_iso_boot_files(iso: &Path, commit_kernel_sha256: &str) -> Result<Boo
         allowed,
         cmdlines: menu_cmdlines(&grub_cfg),
     })
-}
-
-/// The menu built into a Secure Boot ISO's signed GRUB names the ISO by
-/// its volume date (creation or modification, in the primary volume
-/// descriptor): the menu for each.
-fn signed_grub_menus(iso: &Path) -> Result<Vec<String>> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut pvd = [0u8; 2048];
-    let mut file = std::fs::File::open(iso)?;
-    file.seek(SeekFrom::Start(16 * 2048))?;
-    file.read_exact(&mut pvd)?;
-    Ok([813, 830]
-        .iter()
-        .filter_map(|&at| std::str::from_utf8(&pvd[at..at + 16]).ok())
-        .filter(|date| date.bytes().all(|b| b.is_ascii_digit()))
-        .map(crate::stages::iso::secure_iso_grub_cfg)
-        .collect())
 }
 
 /// `/boot/vmlinuz ARGS` of each `linux`/`linuxefi` line of the ISO's menu,
