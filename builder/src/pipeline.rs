@@ -533,6 +533,7 @@ fn stage_rootfs(
     let busybox = rootfs::initramfs_busybox(recipe.arch)?;
     let device_tool = rootfs::find_device_tool(recipe.arch)?;
     let jitter = rootfs::find_jitter(recipe.arch)?;
+    let jitter_man_pages = rootfs::companions::jitter_man_pages()?;
     let mut key = Key::new()
         .with("base", &base_key)
         .with("kernel", &kernel.key)
@@ -543,6 +544,7 @@ fn stage_rootfs(
         .with("busybox", busybox.key()?)
         .with("emberrtos-device", sha256_file(&device_tool, None)?)
         .with("jitter", sha256_file(&jitter, None)?)
+        .with_value("jitter man pages", &man_page_hashes(&jitter_man_pages))
         .with("format", ROOTFS_FORMAT);
     for (name, tree_sha256) in overlay_hashes(ctx)? {
         key = key.with(&format!("overlay {name}"), tree_sha256);
@@ -577,6 +579,7 @@ fn stage_rootfs(
                 busybox: &busybox,
                 device_tool: &device_tool,
                 jitter: &jitter,
+                jitter_man_pages: &jitter_man_pages,
                 kernel_epoch,
             };
             let composed = rootfs::compose(&inputs, dir, &ctx.ui)?;
@@ -586,6 +589,14 @@ fn stage_rootfs(
             })
         },
     )
+}
+
+/// `(file name, sha256)` of each man page.
+fn man_page_hashes(pages: &[(String, Vec<u8>)]) -> Vec<(&str, String)> {
+    pages
+        .iter()
+        .map(|(name, page)| (name.as_str(), sha256_hex(page)))
+        .collect()
 }
 
 /// `(the recipe's path, the tree's sha256)` of each overlay, in order.
@@ -805,6 +816,39 @@ pub fn disk_paths(
         .collect()
 }
 
+/// The refs the disk embeds and their commits, each through the gate:
+/// every `disk.embed` (missing is an error), and each `disk.embed-if-present`
+/// the repo has (one it lacks is named and left out).
+fn embedded_commits(
+    ctx: &Context,
+    repo: &::ostree::Repo,
+    repo_dir: &Path,
+    settings: &crate::recipe::Disk,
+) -> Result<Vec<(String, String)>> {
+    let mut embedded = Vec::new();
+    let required = settings.embed.iter().map(|r| (r, true));
+    let optional = settings.embed_if_present.iter().map(|r| (r, false));
+    for (ref_name, required) in required.chain(optional) {
+        let Some(commit) = ostree::resolve(repo, ref_name)? else {
+            if required {
+                bail!("disk.embed: {} has no ref {ref_name}", repo_dir.display());
+            }
+            ctx.ui.step(
+                "disk",
+                format!(
+                    "{} has no ref {ref_name} (disk.embed-if-present), not embedded; \
+                     a recipe that builds it into the same work dir puts it on the next disk",
+                    repo_dir.display()
+                ),
+            );
+            continue;
+        };
+        crate::stages::verify::gate_commit_as(repo, ref_name, &commit, "disk", "it does not go on a disk")?;
+        embedded.push((ref_name.clone(), commit));
+    }
+    Ok(embedded)
+}
+
 /// The disk stage, when the recipe has a `disk` section. Its gate runs
 /// every time, before the cache is asked: a stamp is not evidence.
 fn stage_disk(ctx: &Context, report: &mut PipelineReport, tagged: &TagOutput) -> Result<Option<DiskOutput>> {
@@ -814,13 +858,8 @@ fn stage_disk(ctx: &Context, report: &mut PipelineReport, tagged: &TagOutput) ->
         return Ok(None);
     };
     let repo = ostree::open(&tagged.repo)?;
-    let mut embedded = Vec::new();
-    for ref_name in &settings.embed {
-        let commit = ostree::resolve(&repo, ref_name)?
-            .with_context(|| format!("disk.embed: {} has no ref {ref_name}", tagged.repo.display()))?;
-        crate::stages::verify::gate_commit_as(&repo, ref_name, &commit, "disk", "it does not go on a disk")?;
-        embedded.push((ref_name.clone(), commit));
-    }
+    let embedded = embedded_commits(ctx, &repo, &tagged.repo, settings)?;
+    let embed: Vec<String> = embedded.iter().map(|(ref_name, _)| ref_name.clone()).collect();
     crate::stages::verify::gate_commit_as(
         &repo,
         &tagged.ref_name,
@@ -858,7 +897,7 @@ fn stage_disk(ctx: &Context, report: &mut PipelineReport, tagged: &TagOutput) ->
         let request = DiskRequest {
             repo: &tagged.repo,
             ref_name: &tagged.ref_name,
-            embed: &settings.embed,
+            embed: &embed,
             outputs: &outputs,
             size: settings.size,
             remote: settings.remote.as_ref(),

@@ -51,7 +51,7 @@ case $registered in
 esac
 for file in /usr/share/zsh/vendor-completions/_imgbuild /usr/share/fish/vendor_completions.d/imgbuild.fish \
     /usr/share/zsh/vendor-completions/_jitter /usr/share/fish/vendor_completions.d/jitter.fish \
-    /usr/libexec/imgbuild/emberrtos-device /usr/bin/jitter; do
+    /usr/libexec/imgbuild/emberrtos-device /usr/libexec/imgbuild/jitter-docs /usr/bin/jitter; do
     [ -s "$file" ] || fail "$file is not installed"
 done
 echo "chroot: imgbuild --version, recipe --help, man pages, completions: ok"

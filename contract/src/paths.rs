@@ -18,6 +18,8 @@ pub const JITTER_INSTALL_PATH: &str = "usr/libexec/emberrtos/jitter";
 /// `jitter` on PATH: a link to [`JITTER_INSTALL_PATH`], for a soak under
 /// the application's own load on the installed machine.
 pub const JITTER_LINK: &str = "usr/bin/jitter";
+/// Where jitter's man pages go (`jitter.1.gz`).
+pub const MAN1_DIR: &str = "usr/share/man/man1";
 /// The ostree remote a configuration medium configures (`imgbuild disk
 /// --remote-url` names it the same).
 pub const REMOTE: &str = "emberrtos";

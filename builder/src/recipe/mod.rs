@@ -171,6 +171,8 @@ pub struct Disk {
     /// At least one, no duplicates, in the order given.
     pub formats: Vec<DiskFormat>,
     pub embed: Vec<String>,
+    /// Embedded when the repo has them, left out (and said so) when not.
+    pub embed_if_present: Vec<String>,
     pub remote: Option<Remote>,
 }
 

@@ -234,6 +234,10 @@ pub struct RawDisk {
     /// Refs stored in the device's repo for offline provisioning.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub embed: Vec<String>,
+    /// Refs stored as well when the repo has them (another recipe built
+    /// them into the same work dir); the stage names those it leaves out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub embed_if_present: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote: Option<RawRemote>,
 }

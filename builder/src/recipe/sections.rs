@@ -467,8 +467,13 @@ pub(super) fn disk(v: &Validator, rd: Option<&RawDisk>) -> Result<Option<Disk>, 
     if formats.is_empty() {
         formats.push(super::DiskFormat::Raw);
     }
-    for (i, ref_name) in rd.embed.iter().enumerate() {
-        v.check(&format!("disk.embed[{i}]"), syntax::ostree_ref(ref_name))?;
+    for (field, refs) in [
+        ("disk.embed", &rd.embed),
+        ("disk.embed-if-present", &rd.embed_if_present),
+    ] {
+        for (i, ref_name) in refs.iter().enumerate() {
+            v.check(&format!("{field}[{i}]"), syntax::ostree_ref(ref_name))?;
+        }
     }
     let remote = match &rd.remote {
         Some(remote) => {
@@ -484,6 +489,7 @@ pub(super) fn disk(v: &Validator, rd: Option<&RawDisk>) -> Result<Option<Disk>, 
         size,
         formats,
         embed: rd.embed.clone(),
+        embed_if_present: rd.embed_if_present.clone(),
         remote,
     }))
 }

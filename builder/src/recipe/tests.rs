@@ -675,12 +675,13 @@ fn disk_section_is_validated_field_by_field() {
     .unwrap();
     let good = with_disk(
         &rt_recipe(),
-        "  size: 4G\n  formats: [raw, qcow2]\n  embed: [emberrtos/x86_64/rt]\n  remote: { url: 'https://updates.example.org/emberrtos/', gpg-key: publisher.asc }\n",
+        "  size: 4G\n  formats: [raw, qcow2]\n  embed: [emberrtos/x86_64/rt]\n  embed-if-present: [emberrtos/x86_64/standard]\n  remote: { url: 'https://updates.example.org/emberrtos/', gpg-key: publisher.asc }\n",
     );
     let disk = load(&dir, &good).unwrap().disk.unwrap();
     assert_eq!(disk.size, Some(4 << 30));
     assert_eq!(disk.formats, [DiskFormat::Raw, DiskFormat::Qcow2]);
     assert_eq!(disk.embed, ["emberrtos/x86_64/rt"]);
+    assert_eq!(disk.embed_if_present, ["emberrtos/x86_64/standard"]);
     let remote = disk.remote.unwrap();
     assert_eq!(remote.gpg_key, normalize(&dir.path().join("publisher.asc")));
     // Defaults: raw, sized from the tree, no remote.
@@ -697,6 +698,7 @@ fn disk_section_is_validated_field_by_field() {
         ("  formats: [raw, vmdk]\n", "disk.formats[1]"),
         ("  formats: [qcow2, qcow2]\n", "disk.formats[1]"),
         ("  embed: [ok/ref, '../x']\n", "disk.embed[1]"),
+        ("  embed-if-present: ['a/../x']\n", "disk.embed-if-present[0]"),
         ("  colour: blue\n", "disk"),
         (
             "  remote: { url: 'ftp://x/', gpg-key: publisher.asc }\n",

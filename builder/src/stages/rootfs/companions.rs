@@ -25,6 +25,43 @@ pub fn find(name: &str, env_var: &str, arch: Arch) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// jitter's man pages for an image, from the host's `jitter-docs`
+/// (`$IMGBUILD_JITTER_DOCS`, else beside imgbuild), built from the same
+/// sources as jitter: `(file name, gzip bytes)` in name order, each
+/// compressed without a date, so one build gives the same bytes.
+pub fn jitter_man_pages() -> Result<Vec<(String, Vec<u8>)>> {
+    let docs = find("jitter-docs", "IMGBUILD_JITTER_DOCS", Arch::host())?;
+    let out = tempfile::tempdir()?;
+    crate::tool::run(std::process::Command::new(&docs).arg(out.path()))
+        .with_context(|| format!("generating jitter's man page with {}", docs.display()))?;
+    let man = out.path().join("man");
+    let mut names: Vec<String> = std::fs::read_dir(&man)
+        .with_context(|| format!("{} wrote no man/ directory", docs.display()))?
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter(|name| name.ends_with(".1"))
+        .collect();
+    names.sort();
+    if names.is_empty() {
+        bail!("{} wrote no man page", docs.display());
+    }
+    names
+        .into_iter()
+        .map(|name| {
+            let page = std::fs::read(man.join(&name))?;
+            Ok((format!("{name}.gz"), gzip_without_date(&page)?))
+        })
+        .collect()
+}
+
+fn gzip_without_date(data: &[u8]) -> Result<Vec<u8>> {
+    use std::io::Write as _;
+    let mut encoder = flate2::GzBuilder::new()
+        .mtime(0)
+        .write(Vec::new(), flate2::Compression::best());
+    encoder.write_all(data)?;
+    Ok(encoder.finish()?)
+}
+
 fn existing(env_var: &str, path: PathBuf) -> Result<PathBuf> {
     if !path.is_file() {
         bail!("${env_var} points to {}, which does not exist", path.display());

@@ -66,6 +66,8 @@ pub struct ComposeInputs<'a> {
     pub device_tool: &'a Path,
     /// The `jitter` binary ([`find_jitter`]).
     pub jitter: &'a Path,
+    /// jitter's man pages ([`companions::jitter_man_pages`]).
+    pub jitter_man_pages: &'a [(String, Vec<u8>)],
     /// The kernel's date ([`crate::stages::kernel::KernelDate`]): the boot
     /// initramfs's, which goes with the kernel, never the release's.
     pub kernel_epoch: u64,
@@ -199,13 +201,22 @@ fn install_device_tool(root: &ImageRoot, binary: &Path, arch: Arch) -> Result<()
     Ok(())
 }
 
-/// Installs `jitter` where trial boots run it, and on PATH.
-fn install_jitter(root: &ImageRoot, binary: &Path, arch: Arch) -> Result<()> {
+/// Installs `jitter` where trial boots run it, on PATH, and its man pages.
+fn install_jitter(
+    root: &ImageRoot,
+    binary: &Path,
+    arch: Arch,
+    man_pages: &[(String, Vec<u8>)],
+) -> Result<()> {
     install_stripped(root, binary, Path::new(paths::JITTER_INSTALL_PATH), arch)?;
     root.symlink(
         Path::new(paths::JITTER_LINK),
         &Path::new("/").join(paths::JITTER_INSTALL_PATH),
-    )
+    )?;
+    for (name, page) in man_pages {
+        root.write(&Path::new(paths::MAN1_DIR).join(name), page, 0o644)?;
+    }
+    Ok(())
 }
 
 /// The kernel arguments and build facts tools on the device read.
@@ -268,7 +279,7 @@ pub fn compose(inputs: &ComposeInputs, stage_dir: &Path, ui: &Ui) -> Result<Root
         ));
     }
     install_device_tool(&root, inputs.device_tool, inputs.arch)?;
-    install_jitter(&root, inputs.jitter, inputs.arch)?;
+    install_jitter(&root, inputs.jitter, inputs.arch, inputs.jitter_man_pages)?;
     write_build_facts(&root, inputs)?;
     let layout = layout::convert(&root).context("converting to the ostree layout")?;
     secrets::refuse_private_keys(&root)?;
@@ -309,7 +320,8 @@ mod tests {
         let root = ImageRoot::open(dir.path()).unwrap();
         let binary = std::env::current_exe().unwrap();
         install_device_tool(&root, &binary, Arch::host()).unwrap();
-        install_jitter(&root, &binary, Arch::host()).unwrap();
+        let man_page = ("jitter.1.gz".to_string(), b"\x1f\x8b page".to_vec());
+        install_jitter(&root, &binary, Arch::host(), std::slice::from_ref(&man_page)).unwrap();
         let built = std::fs::metadata(&binary).unwrap().len();
         for path in [paths::INSTALL_PATH, paths::JITTER_INSTALL_PATH] {
             let meta = std::fs::metadata(dir.path().join(path)).unwrap();
@@ -328,5 +340,7 @@ mod tests {
             Path::new("/").join(paths::JITTER_INSTALL_PATH),
             "jitter is on PATH"
         );
+        let installed = std::fs::read(dir.path().join(paths::MAN1_DIR).join("jitter.1.gz")).unwrap();
+        assert_eq!(installed, man_page.1, "jitter's man page");
     }
 }
