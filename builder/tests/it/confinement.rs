@@ -135,6 +135,7 @@ fn compose_on_a_hostile_base_never_touches_the_host() {
             device_tool: &common::device_binary(),
             // Any ELF stands in for jitter: the hostile base is the point here.
             jitter: &common::device_binary(),
+            jitter_man_pages: &[],
             kernel_epoch: 1_764_460_800,
         },
         &stage,

@@ -229,6 +229,17 @@ fn diff_names_packages_symbols_kargs_and_files() {
 }
 
 #[test]
+fn a_repo_given_through_the_users_own_symlink_is_diffed_the_same() {
+    let mut c = two_commits();
+    let direct = diff_json(&c);
+    // `./repo -> work/repo`, as a user links theirs.
+    let link = c.repo.with_file_name("link");
+    std::os::unix::fs::symlink(&c.repo, &link).unwrap();
+    c.repo = link;
+    assert_eq!(diff_json(&c), direct);
+}
+
+#[test]
 fn the_download_is_the_static_delta_size_ostree_reports() {
     let c = two_commits();
     let repo_arg = format!("--repo={}", c.repo.display());

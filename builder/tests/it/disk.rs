@@ -271,12 +271,19 @@ fn the_same_inputs_give_the_same_image_and_it_holds_the_deployment() {
     let (repo, checksum) = repo(dir.path());
     let first = dir.path().join("first.img");
     let second = dir.path().join("second.img");
-    for out in [&first, &second] {
-        disk(&repo, out).assert().success();
+    // The second build reads the repo through the user's own link to it.
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&repo, &link).unwrap();
+    for (repo, out) in [(&repo, &first), (&link, &second)] {
+        disk(repo, out).assert().success();
         // A clock stamped anywhere in the image would now differ.
         std::thread::sleep(std::time::Duration::from_millis(1100));
     }
-    assert_eq!(sha256(&first), sha256(&second), "two builds, two images");
+    assert_eq!(
+        sha256(&first),
+        sha256(&second),
+        "two builds (one through a link to the repo), two images"
+    );
     assert!(
         leftover_staging()
             .iter()

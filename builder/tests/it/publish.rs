@@ -910,7 +910,9 @@ fn signed_records_go_out_before_the_ref_and_planted_links_stop_the_publish() {
     assert_eq!(temps(remote), Vec::<PathBuf>::new());
 
     // v2 whose qualifications dir is a planted link: publish fails naming
-    // it, before anything reaches the remote.
+    // it, before anything reaches the remote, and before it signs: a second
+    // publisher's key, which would add a signature (to a remote of its
+    // own), added none.
     let v2 = f.build(2, "2026.11.2");
     let elsewhere = f.dir.path().join("elsewhere");
     std::fs::create_dir(&elsewhere).unwrap();
@@ -918,11 +920,14 @@ fn signed_records_go_out_before_the_ref_and_planted_links_stop_the_publish() {
     std::fs::write(elsewhere.join("secret.json.sig"), armored("s")).unwrap();
     let link = f.repo.join("qualifications").join(&v2);
     std::os::unix::fs::symlink(&elsewhere, &link).unwrap();
-    let err = f.publish(&ok).unwrap_err();
+    let second_publisher = GpgKey::generate("second publisher");
+    let second_remote = f.dir.path().join("www-2");
+    let err = do_publish(&f.repo, &second_remote, &second_publisher, &ok).unwrap_err();
     assert!(
         format!("{err:#}").contains(&link.display().to_string()),
         "{err:#}"
     );
+    assert_eq!(signatures(&f.repo, &v2), 1, "publish signed v2 before it failed");
     assert_eq!(served().as_deref(), Some(v1.as_str()), "the ref moved");
     assert!(!remote.join("qualifications").join(&v2).exists());
     assert!(

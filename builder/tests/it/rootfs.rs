@@ -61,6 +61,7 @@ fn compose_in(
             busybox: &Busybox::Host("/bin/busybox".into()),
             device_tool: &common::device_binary(),
             jitter: &common::jitter_binary(),
+            jitter_man_pages: &imgbuild::stages::rootfs::companions::jitter_man_pages().unwrap(),
             kernel_epoch: 1_764_460_800,
         },
         &stage,
@@ -211,6 +212,15 @@ fn composed_tree_has_the_exact_ostree_layout() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&version.stdout).starts_with("jitter "));
+    assert_eq!(
+        kind(&tree.join("usr/bin/jitter")),
+        "-> /usr/libexec/emberrtos/jitter"
+    );
+    // Its man page, from jitter-docs: roff, gzip-compressed.
+    let man_page = std::fs::File::open(tree.join("usr/share/man/man1/jitter.1.gz")).unwrap();
+    let mut roff = String::new();
+    std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(man_page), &mut roff).unwrap();
+    assert!(roff.contains("\n.TH jitter 1"), "not jitter's man page: {roff}");
     assert_eq!(
         kind(&tree.join("usr/lib/systemd/system/multi-user.target.wants/emberrtos-provision.service")),
         "-> ../emberrtos-provision.service"
