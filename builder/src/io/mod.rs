@@ -96,7 +96,13 @@ pub fn user_path(text: &str) -> Result<std::path::PathBuf, String> {
     if text.is_empty() {
         return Err("an empty path".into());
     }
-    let path = std::path::absolute(text).map_err(|e| e.to_string())?;
+    resolve_user_path(std::path::Path::new(text)).map_err(|e| e.to_string())
+}
+
+/// [`user_path`] for a path already split from its text (a recipe's, joined
+/// to the recipe's directory).
+pub fn resolve_user_path(path: &std::path::Path) -> std::io::Result<std::path::PathBuf> {
+    let path = std::path::absolute(path)?;
     let mut existing = path.as_path();
     let mut missing = Vec::new();
     loop {

@@ -66,7 +66,9 @@ impl Validator<'_> {
         if path.trim().is_empty() {
             return Err(self.error(field, "path is empty"));
         }
-        Ok(normalize(&self.dir.join(path)))
+        // The user's own links are followed, as on the command line.
+        crate::io::resolve_user_path(&normalize(&self.dir.join(path)))
+            .map_err(|e| self.error(field, e.to_string()))
     }
 
     fn resolve_all(&self, field: &str, paths: &[String]) -> Result<Vec<PathBuf>, RecipeError> {

@@ -259,15 +259,23 @@ impl LocalDir {
         }
     }
 
-    /// Accepts a path or a `file://` URL.
+    /// Accepts a path or a `file://` URL: the user's own path, resolved once
+    /// following their links (`/srv/www -> /data/www`); a link inside it, or
+    /// one swapped in at the root later, is refused.
     pub fn parse(dest: &str) -> Result<LocalDir> {
-        if let Some(path) = dest.strip_prefix("file://") {
-            return Ok(LocalDir::new(path));
+        let path = match dest.strip_prefix("file://") {
+            Some(path) => path,
+            None if dest.contains("://") => {
+                bail!("unsupported destination {dest:?}: use a directory path, file:// or ssh://")
+            }
+            None => dest,
+        };
+        if path.is_empty() {
+            bail!("the destination {dest:?} names no directory");
         }
-        if dest.contains("://") {
-            bail!("unsupported destination {dest:?}: use a directory path, file:// or ssh://");
-        }
-        Ok(LocalDir::new(dest))
+        let root =
+            crate::io::resolve_user_path(Path::new(path)).with_context(|| format!("resolving {path}"))?;
+        Ok(LocalDir::new(root))
     }
 
     /// The root, opened once: the link checks come before anything is made
@@ -583,6 +591,26 @@ mod tests {
         }
         LocalDir::new(&www).ensure_repo().unwrap();
         assert_eq!(std::fs::read_to_string(www.join("config")).unwrap(), REPO_CONFIG);
+    }
+
+    #[test]
+    fn the_users_own_link_to_the_web_root_is_followed_once() {
+        let (temp, www, _outside) = dirs();
+        std::fs::create_dir(&www).unwrap();
+        let link = temp.path().join("www-link");
+        symlink(&www, &link).unwrap();
+        let dest = LocalDir::parse(&format!("file://{}", link.display())).unwrap();
+        assert_eq!(dest.root, www.canonicalize().unwrap());
+        dest.ensure_repo().unwrap();
+        assert_eq!(std::fs::read_to_string(www.join("config")).unwrap(), REPO_CONFIG);
+        assert!(
+            std::fs::symlink_metadata(&link).unwrap().is_symlink(),
+            "the link was replaced"
+        );
+        // Not yet made: below the deepest directory that exists.
+        let below = LocalDir::parse(&link.join("new/www").display().to_string()).unwrap();
+        assert_eq!(below.root, www.canonicalize().unwrap().join("new/www"));
+        assert!(LocalDir::parse("file://").is_err());
     }
 
     #[test]
