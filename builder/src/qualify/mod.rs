@@ -153,6 +153,7 @@ pub fn qualify(request: &QualifyRequest, ui: &Ui) -> Result<QualifyReport> {
     if let Some(ca) = &request.tpm_ca {
         std::fs::metadata(ca).with_context(|| format!("--tpm-ca {}", ca.display()))?;
     }
+    open_destinations(request)?;
     ui.step(
         "qualify",
         format!(
@@ -185,6 +186,19 @@ pub fn qualify(request: &QualifyRequest, ui: &Ui) -> Result<QualifyReport> {
         commit: expected.commit,
         targets,
     })
+}
+
+/// Opens where the records and the operator's copies go before any target
+/// is measured: a measurement is never taken only to be thrown away.
+fn open_destinations(request: &QualifyRequest) -> Result<()> {
+    ImageRoot::open(&request.repo)
+        .with_context(|| format!("--repo {}: the records go there", request.repo.display()))?;
+    if let Some(out) = &request.out {
+        // Made when the first copies land; what exists of it must open.
+        let existing = out.ancestors().find(|dir| dir.exists()).unwrap_or(Path::new("/"));
+        ImageRoot::open(existing).with_context(|| format!("--out {}", out.display()))?;
+    }
+    Ok(())
 }
 
 /// The table of a qualify run: one row per target.

@@ -1177,6 +1177,25 @@ fn hostile_and_duplicate_targets_exit_2_before_anything_runs() {
 }
 
 #[test]
+fn an_out_dir_that_cannot_be_opened_stops_qualify_before_it_measures() {
+    let Some(bench) = root_bench() else { return };
+    let sshd = bench.sshd("out-is-a-file");
+    sshd.uname_of_the_commit(None);
+    sshd.measuring_jitter();
+    sshd.set_report(&jitter_report("PASS", 40, 100, 2), 0);
+    let pins = bench.pin("pins", &[&sshd]);
+    let not_a_dir = bench.dir.path().join("out");
+    std::fs::write(&not_a_dir, "a file").unwrap();
+    let options = ["--out", path_str(&not_a_dir), "--known-hosts", path_str(&pins)];
+    let out = bench.qualify(false, &[&sshd.target()], &options);
+    assert_exit(&out, 1);
+    assert!(stderr(&out).contains("--out"), "{}", text(&out));
+    assert_eq!(sshd.logins(), 0, "logged in: {}", sshd.log());
+    assert_eq!(sshd.jitter_calls(), Vec::<String>::new());
+    assert_eq!(bench.record_files(), Vec::<PathBuf>::new());
+}
+
+#[test]
 fn an_unknown_host_key_is_refused_by_default_and_nothing_is_written() {
     let Some(bench) = root_bench() else { return };
     let dir = bench.dir.path();
