@@ -804,6 +804,10 @@ fn run_boot(args: BootArgs, ui: &Ui, json: bool) -> Result<u8> {
     let board = crate::io::qemu::board(args.arch);
     let out = boot::boot(&args.iso, &sha, board, &options, &log_dir.join("console.log"), ui)?;
     if json {
+        // What the table would say goes to stderr, with the progress.
+        for line in boot::render(&out).lines() {
+            ui.note(line);
+        }
         print_json(&serde_json::to_value(&out)?)?;
     } else {
         print!("{}", boot::render(&out));
